@@ -1,0 +1,23 @@
+"""Sweep the conv kernel from Hydra configs; one MLflow run per configuration.
+
+    python run.py                                   # one run of the default problem and configuration
+    python run.py -m num_warps=2,4,8 BLOCK_M=32,64  # a sweep: one parent run, one child run per config
+    python run.py +experiment=seed_configs          # a named preset from experiments/
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from convtune.app import run_job
+from convtune.config import register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> object:
+    return run_job(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""run_job: one Hydra job = one MLflow run. The only room (with promote) that sees the whole picture.
+
+Failures are data: a configuration that cannot run (semantic check, OutOfResources, compile or launch
+error) becomes a FAILED run with `error.type`/`error.message` tags, a wrong result an `incorrect` one, and
+a sweep goes on. A single run that fails exits non-zero with the same one-line message.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from convtune import runtime
+from convtune.config import TOLERANCE
+from convtune.errors import ConfigError
+from convtune.problem import ConvProblem
+from convtune.summary import META_KEYS
+from convtune.sweep import SweepState, finalize
+from convtune.tracking import Tracker, resolve_uri
+
+log = logging.getLogger(__name__)
+
+
+def _value(v: Any) -> Any:
+    return v.value if hasattr(v, "value") else v
+
+
+class _Job:
+    """What one job knows before it measures anything; collects params and tags as it learns them."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        hc = HydraConfig.get()
+        self.cfg = cfg
+        self.multirun = hc.mode == RunMode.MULTIRUN
+        self.sweep = SweepState.load(Path(hc.sweep.dir)) if self.multirun else None
+        self.number = hc.job.num + 1 if self.multirun else 1
+        self.total = self.sweep.total_jobs if self.sweep else (None if self.multirun else 1)
+        self.given = {k: cfg[k] for k in META_KEYS}
+        self.precision = _value(cfg.precision)
+        self.params: dict[str, Any] = {k: ("default" if v is None else v) for k, v in self.given.items()}
+        self.params.update({"kernel": cfg.kernel.name, "precision": self.precision, "device_choice": _value(cfg.device),
+                            "seed": cfg.seed, "problem": cfg.problem.name})
+        self.params.update({f"bench.{k}": _value(v) for k, v in cfg.bench.items()})
+        self.tags: dict[str, Any] = {"status": "running", "problem": cfg.problem.name, "precision": self.precision,
+                                     "kernel": cfg.kernel.name, **runtime.git_tags()}
+        self.label = " ".join(f"{k}={self.params[k]}" for k in META_KEYS)
+        self.setup_error: Optional[Exception] = None
+        self.device = "unknown"
+        self.variant: Any = None
+        self.meta: Any = None
+        try:
+            target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+            self.device, self.problem_node = target.device, target.problem
+            if target.notice and not self.multirun:
+                print(target.notice, flush=True)
+            runtime.activate(self.device)
+            self.tags.update(runtime.device_tags(self.device))
+            from convtune import kernels  # only now: TRITON_INTERPRET must be settled first
+
+            self.variant = kernels.get_variant(cfg.kernel.name)
+            self.meta = kernels.Meta.fill(self.given, self.variant.default_meta)
+            self.params.update(self.meta.as_dict())
+            self.label = self.meta.label()
+            self.tags["kernel_source_hash"] = self.variant.source_hash
+        except (ConfigError, RuntimeError) as e:
+            self.setup_error = e
+            self.problem_node = cfg.problem
+        self.params["problem"] = self.problem_node.name
+        self.tags["problem"] = self.problem_node.name
+
+    def run_name(self) -> str:
+        return self.meta.short() if self.meta is not None else "-".join(str(self.params[k]) for k in META_KEYS)
+
+    def experiment_id(self, tracker: Tracker) -> str:
+        if self.sweep is not None:
+            return self.sweep.experiment_id
+        return tracker.experiment_id(runtime.experiment_name(self.cfg, self.problem_node.name, self.device))
+
+
+def run_job(cfg: DictConfig) -> Optional[float]:
+    """Check, time and log one configuration. Returns the latency in ms, or None when it did not run."""
+    job = _Job(cfg)
+    tracker = Tracker(job.sweep.tracking_uri if job.sweep else resolve_uri(cfg.tracking.uri, Path(HydraConfig.get().runtime.cwd)))
+    run_id = tracker.start_run(job.experiment_id(tracker), job.run_name(), job.tags,
+                               parent_id=job.sweep.parent_run_id if job.sweep else None)
+    tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    metrics: dict[str, float] = {}
+    try:
+        if job.setup_error is not None:
+            raise job.setup_error
+        status, message, metrics = _measure(job)
+    except KeyboardInterrupt:
+        _record(tracker, run_id, job, metrics, "killed", "KeyboardInterrupt", "interrupted (Ctrl-C)")
+        if job.sweep is not None:
+            print(finalize(job.sweep, "KILLED"), flush=True)
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure of a configuration is recorded, not raised
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        _record(tracker, run_id, job, metrics, "failed", type(e).__name__, message)
+        log.info(f"[{job.number}/{job.total or '?'}] {job.label} → failed: {type(e).__name__}: {message}")
+        if not job.multirun:
+            sys.exit(f"error: {message}")
+        return None
+    _record(tracker, run_id, job, metrics, status, None if status == "ok" else "IncorrectResult", message)
+    if status != "ok":
+        log.info(f"[{job.number}/{job.total or '?'}] {job.label} → incorrect: {message}")
+        if not job.multirun:
+            sys.exit(f"error: incorrect result: {message}")
+        return None
+    log.info(f"[{job.number}/{job.total or '?'}] {job.label} → {metrics['latency_ms']:.3f} ms, "
+             f"{metrics['tflops']:.3g} TFLOPS, ok" + (f" ({job.device})" if job.device == runtime.INTERPRETER else ""))
+    return metrics["latency_ms"]
+
+
+def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
+    from convtune import kernels, measure
+    from convtune.bench import TimingSettings
+    from convtune.metrics import gpu_spec
+
+    problem = ConvProblem.from_mapping(job.problem_node)
+    job.params.update(problem.params())
+    job.tags["problem_key"] = problem.key()
+    kernels.validate_meta(job.meta)
+    kernels.validate_precision(job.precision)
+    b = job.cfg.bench
+    settings = TimingSettings(_value(b.mode), b.rounds, b.reps, b.warmup, b.flush_l2)
+    spec = None
+    if job.device == runtime.INTERPRETER:
+        # Host-clock numbers of the interpreter say nothing about a GPU: 2×2 calls show the pipeline works
+        # without spending a minute on a number nobody should read (0.4 s a call on `tiny`).
+        settings = replace(settings, rounds=min(b.rounds, 2), reps=min(b.reps, 2), warmup=0)
+        job.params.update({"bench.rounds": settings.rounds, "bench.reps": settings.reps, "bench.warmup": 0})
+    else:
+        spec = gpu_spec(job.tags["device"])
+        if spec is None:
+            log.warning(f"GPU '{job.tags['device']}' is not in convtune.metrics.GPU_SPECS: pct_peak_* omitted")
+    m = measure.measure(problem, job.variant, job.meta, job.precision, TOLERANCE[job.precision], job.cfg.seed,
+                        settings, job.device, spec, with_cudnn=b.cudnn_baseline)
+    return m.status, m.message, m.metrics
+
+
+def _record(tracker: Tracker, run_id: str, job: _Job, metrics: dict[str, float], status: str,
+            error_type: Optional[str], message: str) -> None:
+    tags = {**job.tags, "status": status}
+    if error_type:
+        tags.update({"error.type": error_type, "error.message": message})
+    tracker.log(run_id, params=job.params, metrics=metrics, tags=tags)
+    tracker.end(run_id, {"ok": "FINISHED", "killed": "KILLED"}.get(status, "FAILED"))

@@ -1,0 +1,175 @@
+"""Time and check callables. Never names a kernel: whatever is passed in is what gets measured.
+
+Timing method (GPU, mode=events): `warmup` untimed calls, then `rounds` rounds of `reps` calls; before each
+call the L2 is flushed by writing a buffer of 4× its size, and CUDA events bracket the call alone. The
+median over all samples is the latency; p20/p80 show the spread of single calls, and `cv` is the
+coefficient of variation of the per-round medians, i.e. how well the median itself repeats.
+mode=graph captures `reps` back-to-back calls in one CUDA graph and times each round's replay: no launch
+gaps, and no L2 flush between calls (so it measures a warm L2 for inputs smaller than the cache).
+Without a GPU (the Triton interpreter) the same loop runs on the host clock; those numbers say nothing
+about GPU speed and are tagged `interpreter` by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    mode: str = "events"  # events | graph
+    rounds: int = 5
+    reps: int = 20
+    warmup: int = 3
+    flush_l2: bool = True
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_ms: tuple[float, ...]
+    round_medians_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    def quantile_ms(self, q: float) -> float:
+        s = sorted(self.samples_ms)
+        pos = q * (len(s) - 1)  # linear interpolation between closest ranks
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    @property
+    def cv(self) -> float:
+        r = self.round_medians_ms
+        return statistics.pstdev(r) / statistics.fmean(r) if len(r) > 1 else 0.0
+
+    def metrics(self, prefix: str = "latency") -> dict[str, float]:
+        return {f"{prefix}_ms": self.median_ms, f"{prefix}_p20_ms": self.quantile_ms(0.2),
+                f"{prefix}_p80_ms": self.quantile_ms(0.8), f"{prefix}_cv": self.cv}
+
+
+def _check_settings(s: TimingSettings) -> None:
+    if s.mode not in ("events", "graph"):
+        raise ValueError(f"bench.mode={s.mode!r} is not allowed: 'events' or 'graph'")
+    if s.rounds < 1 or s.reps < 1 or s.warmup < 0:
+        raise ValueError(f"bench.rounds and bench.reps must be >= 1 and bench.warmup >= 0, got {s}")
+
+
+class _L2Flusher:
+    """Writes a buffer 4× the L2 size (at least 256 MB) so the next call starts with a cold cache."""
+
+    def __init__(self, device: torch.device) -> None:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20
+        self.buf = torch.empty(max(4 * l2, 256 * 2**20) // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
+def time_gpu(fn: Callable[[], object], s: TimingSettings, device: torch.device) -> Timing:
+    _check_settings(s)
+    for _ in range(s.warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    if s.mode == "graph":
+        return _time_graph(fn, s, device)
+    flush = _L2Flusher(device) if s.flush_l2 else None
+    samples: list[float] = []
+    medians: list[float] = []
+    for _ in range(s.rounds):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(s.reps)]
+        for start, end in events:
+            if flush is not None:
+                flush()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(device)
+        round_ms = [start.elapsed_time(end) for start, end in events]
+        samples += round_ms
+        medians.append(statistics.median(round_ms))
+    return Timing(tuple(samples), tuple(medians))
+
+
+def _time_graph(fn: Callable[[], object], s: TimingSettings, device: torch.device) -> Timing:
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(s.reps):
+                fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph.replay()  # one untimed replay: first replay uploads the graph
+    torch.cuda.synchronize(device)
+    per_call: list[float] = []
+    for _ in range(s.rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize(device)
+        per_call.append(start.elapsed_time(end) / s.reps)
+    return Timing(tuple(per_call), tuple(per_call))
+
+
+def time_host(fn: Callable[[], object], s: TimingSettings) -> Timing:
+    """Wall-clock timing for code that runs on the host (the Triton interpreter)."""
+    _check_settings(s)
+    for _ in range(s.warmup):
+        fn()
+    samples: list[float] = []
+    medians: list[float] = []
+    for _ in range(s.rounds):
+        round_ms = []
+        for _ in range(s.reps):
+            t0 = time.perf_counter()
+            fn()
+            round_ms.append((time.perf_counter() - t0) * 1e3)
+        samples += round_ms
+        medians.append(statistics.median(round_ms))
+    return Timing(tuple(samples), tuple(medians))
+
+
+def first_call(fn: Callable[[], T], device: Optional[torch.device]) -> tuple[float, T]:
+    """(wall seconds, result) of one synchronised call: for a fresh kernel, compile (or cache load) + run."""
+    t0 = time.perf_counter()
+    result = fn()
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0, result
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    rel_err: float
+    unwritten: int
+    message: str
+
+
+def check_output(out: torch.Tensor, ref: torch.Tensor, tol: float) -> Check:
+    """Compare an output that was poisoned with NaN before the launch against a float64 reference.
+
+    NaN left in the output means elements were never written; otherwise the relative L2 error
+    ‖out − ref‖ / ‖ref‖ must be within `tol`.
+    """
+    if out.shape != ref.shape:
+        return Check(False, math.nan, out.numel(), f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    bad = int((~torch.isfinite(out)).sum())
+    if bad:
+        return Check(False, math.nan, bad, f"{bad} of {out.numel()} output elements not written (still NaN) or not finite")
+    diff = out.to(torch.float64) - ref
+    rel = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
+    if not rel <= tol:
+        return Check(False, rel, 0, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}")
+    return Check(True, rel, 0, f"relative L2 error {rel:.3g} <= {tol:.0e}")

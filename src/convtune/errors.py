@@ -1,0 +1,13 @@
+"""Errors every layer may raise. A leaf module: it imports nothing of the project or of third parties."""
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed. The message names the key, the value and what is allowed."""
+
+    def __init__(self, key: str, value: object, allowed: str) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"{key}={value!r} is not allowed: {allowed}")
+
+
+class UnsupportedProblem(ValueError):
+    """The kernel cannot run this convolution (layout, dtype, groups, ...); the message says what it needs."""

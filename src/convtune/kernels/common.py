@@ -1,0 +1,133 @@
+"""What every kernel variant shares: launch meta-parameters, their validation, input checks, source hashes.
+
+Imports torch only (and the project's leaf `errors`): this room knows nothing of Hydra or MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Optional
+
+import torch
+
+from convtune.errors import ConfigError, UnsupportedProblem
+
+NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
+# tl.dot needs every tile dimension >= 16; above these bounds register or shared-memory use explodes.
+BLOCK_BOUNDS = {"BLOCK_M": (16, 256), "BLOCK_N": (16, 256), "BLOCK_K": (16, 128)}
+PRECISIONS = ("tf32", "ieee")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """One launch configuration, spelled as Triton spells it."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int
+    num_stages: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.as_dict().items())
+
+    def short(self) -> str:
+        return f"M{self.BLOCK_M}-N{self.BLOCK_N}-K{self.BLOCK_K}-w{self.num_warps}-s{self.num_stages}"
+
+    @staticmethod
+    def keys() -> tuple[str, ...]:
+        return tuple(f.name for f in fields(Meta))
+
+    @staticmethod
+    def fill(given: dict[str, Optional[int]], default: "Meta") -> "Meta":
+        """The given values where set (not None), the default's elsewhere."""
+        return Meta(**{k: (given.get(k) if given.get(k) is not None else getattr(default, k)) for k in Meta.keys()})
+
+
+def _is_power_of_two(v: int) -> bool:
+    return v > 0 and (v & (v - 1)) == 0
+
+
+def validate_meta(meta: Meta) -> None:
+    """Raise ConfigError naming the first meta-parameter that is not allowed."""
+    for key, (lo, hi) in BLOCK_BOUNDS.items():
+        v = getattr(meta, key)
+        if not isinstance(v, int) or not _is_power_of_two(v) or not lo <= v <= hi:
+            raise ConfigError(key, v, f"a power of two from {lo} to {hi} (tl.dot needs >= 16)")
+    if meta.num_warps not in NUM_WARPS_ALLOWED:
+        raise ConfigError("num_warps", meta.num_warps, f"one of {list(NUM_WARPS_ALLOWED)}")
+    if not isinstance(meta.num_stages, int) or meta.num_stages < 1:
+        raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
+
+
+def validate_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ConfigError("precision", precision, f"one of {list(PRECISIONS)}")
+
+
+def pair(name: str, v: Any) -> tuple[int, int]:
+    """torch's convention: an int means the same value for height and width."""
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(e) for e in v)
+    if len(t) != 2:
+        raise ConfigError(name, list(v), "an int or a pair [height, width]")
+    return t  # type: ignore[return-value]
+
+
+def out_size(size: int, k: int, stride: int, pad: int, dil: int) -> int:
+    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], groups: int) -> None:
+    """The checks a launcher makes before it allocates anything; the message says what is needed."""
+    if groups != 1:
+        raise UnsupportedProblem(f"groups={groups} is not supported (only groups=1)")
+    if x.dim() != 4 or w.dim() != 4:
+        raise UnsupportedProblem(f"need 4-d NCHW input and weight, got {x.dim()}-d and {w.dim()}-d")
+    for name, t in (("input", x), ("weight", w)) + ((("bias", b),) if b is not None else ()):
+        if t.dtype != torch.float32:
+            raise UnsupportedProblem(f"{name} must be float32, got {t.dtype}")
+        if t.device != x.device:
+            raise UnsupportedProblem(f"{name} is on {t.device}, input on {x.device}")
+        if not t.is_contiguous():
+            raise UnsupportedProblem(f"{name} must be contiguous (NCHW); call .contiguous() first")
+    if w.shape[1] != x.shape[1]:
+        raise UnsupportedProblem(f"weight has {w.shape[1]} input channels, input has {x.shape[1]}")
+    if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0]):
+        raise UnsupportedProblem(f"bias must have shape [{w.shape[0]}], got {list(b.shape)}")
+    for name, t in (("input", x), ("weight", w)):
+        if t.numel() >= 2**31:
+            raise UnsupportedProblem(f"{name} has {t.numel()} elements; int32 indexing allows < 2**31")
+
+
+def source_hash(*objs: Callable[..., Any]) -> str:
+    """A short hash of the source text of the given functions/modules: a run's kernel identity."""
+    h = hashlib.sha256()
+    for o in objs:
+        fn = getattr(o, "fn", o)  # a @triton.jit function keeps the Python function in .fn
+        h.update(inspect.getsource(fn).encode())
+    return h.hexdigest()[:12]
+
+
+@dataclass
+class Launched:
+    """What a launch returns besides the output: the compiled kernel's resource use, where known."""
+
+    out: torch.Tensor = field(repr=False)
+    n_regs: Optional[int] = None
+    n_spills: Optional[int] = None
+    shared_bytes: Optional[int] = None
+
+    @staticmethod
+    def from_compiled(out: torch.Tensor, compiled: Any) -> "Launched":
+        # The Triton interpreter returns no compiled kernel, and so no resource figures.
+        if compiled is None or not hasattr(compiled, "n_regs"):
+            return Launched(out)
+        shared = getattr(getattr(compiled, "metadata", None), "shared", None)
+        return Launched(out, int(compiled.n_regs), int(compiled.n_spills), None if shared is None else int(shared))

@@ -1,0 +1,105 @@
+"""`seed`: the implicit-GEMM conv of the original brief, the baseline every later kernel is compared to.
+
+GEMM view: M = N·OH·OW output positions, N = C_out, K = C_in·KH·KW. Each program computes a
+BLOCK_M × BLOCK_N tile of the output with fp32 accumulation and a TF32 (or IEEE) `tl.dot`. The K loop
+is a `tl.static_range`, i.e. fully unrolled, so `num_stages` has nothing to pipeline: on an H200 stages
+1–4 ran within 0.1 % of each other (FACTS.md). Problem sizes are runtime arguments, as in the brief.
+Called with an explicit configuration: no autotuning.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.kernels.common import Launched, Meta, check_conv_inputs, out_size, pair, source_hash
+
+IntPair = Union[int, Sequence[int]]
+
+
+@triton.jit
+def _conv2d_seed_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    N, C, H, W, C_OUT, OH, OW,
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    KH: tl.constexpr, KW: tl.constexpr, K_TOTAL: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # flat output position n·OH·OW + oh·OW + ow
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output channel
+    m_mask = offs_m < N * OH * OW
+    n_mask = offs_n < C_OUT
+
+    img = offs_m // (OH * OW)
+    pos = offs_m % (OH * OW)
+    ih0 = (pos // OW) * stride_h - pad_h
+    iw0 = (pos % OW) * stride_w - pad_w
+    x_img = x_ptr + img * (C * H * W)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.static_range(0, K_TOTAL, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)  # flat reduction index c·KH·KW + r·KW + s
+        k_mask = offs_k < K_TOTAL
+        c = offs_k // (KH * KW)
+        r = (offs_k % (KH * KW)) // KW
+        s = offs_k % KW
+        ih = ih0[:, None] + r[None, :] * dil_h
+        iw = iw0[:, None] + s[None, :] * dil_w
+        a_mask = m_mask[:, None] & k_mask[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_img[:, None] + c[None, :] * (H * W) + ih * W + iw, mask=a_mask, other=0.0)
+        # weight [C_OUT, C, KH, KW] is a row-major [C_OUT, K_TOTAL] matrix; load its transpose tile
+        b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + offs_k[:, None],
+                    mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        acc += tl.dot(a, b, input_precision=PRECISION)
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    # NCHW output: y[img, co, oh, ow] = y_ptr + img·C_OUT·OH·OW + co·OH·OW + pos
+    y_off = img[:, None] * (C_OUT * OH * OW) + offs_n[None, :] * (OH * OW) + pos[:, None]
+    tl.store(y_ptr + y_off, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+def launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    meta: Meta,
+    precision: str = "tf32",
+    out: Optional[torch.Tensor] = None,
+    groups: int = 1,
+) -> Launched:
+    """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use."""
+    check_conv_inputs(x, weight, bias, groups)
+    (sh, sw), (ph, pw), (dh, dw) = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
+    n, c, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    oh, ow = out_size(h, kh, sh, ph, dh), out_size(w, kw, sw, pw, dw)
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"output would be {oh}x{ow}: the kernel does not fit the padded input")
+    if out is None:
+        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    elif out.shape != (n, c_out, oh, ow) or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {(n, c_out, oh, ow)} tensor, got {tuple(out.shape)}")
+    grid = (triton.cdiv(n * oh * ow, meta.BLOCK_M), triton.cdiv(c_out, meta.BLOCK_N))
+    compiled = _conv2d_seed_kernel[grid](
+        x, weight, bias if bias is not None else x, out,
+        n, c, h, w, c_out, oh, ow, sh, sw, ph, pw, dh, dw,
+        KH=kh, KW=kw, K_TOTAL=c * kh * kw, HAS_BIAS=bias is not None, PRECISION=precision,
+        BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        num_warps=meta.num_warps, num_stages=meta.num_stages,
+    )
+    return Launched.from_compiled(out, compiled)
+
+
+# The brief's NCU configuration (its grid of 48,400 programs on L1 #50): 2.28 ms on an H200 (FACTS.md).
+DEFAULT_META = Meta(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
+SOURCE_HASH = source_hash(_conv2d_seed_kernel, launch)

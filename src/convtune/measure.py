@@ -1,0 +1,107 @@
+"""One configuration, measured: inputs, float64 reference, poisoned launch, check, timing, cuDNN baseline.
+
+Knows torch, the kernel library and bench; knows nothing of Hydra or MLflow. Returns plain numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from convtune import bench
+from convtune.bench import TimingSettings
+from convtune.kernels import KernelVariant, Meta
+from convtune.metrics import GpuSpec, floor_ms, performance
+from convtune.problem import ConvProblem
+
+
+@dataclass
+class Measurement:
+    status: str  # ok | incorrect
+    message: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """Seeded inputs, never zeros: x as the problem says (rand as KernelBench), weight and bias drawn as
+    torch.nn.Conv2d initialises them (uniform ±1/sqrt(fan_in))."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    draw = torch.rand if p.init == "rand" else torch.randn
+    x = draw(p.input_shape, generator=g, device=device, dtype=torch.float32)
+    bound = 1.0 / math.sqrt(p.in_channels * p.kernel_h * p.kernel_w)
+    w = (torch.rand(p.weight_shape, generator=g, device=device) * 2 - 1) * bound
+    b = (torch.rand((p.out_channels,), generator=g, device=device) * 2 - 1) * bound if p.bias else None
+    return x, w, b
+
+
+def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
+
+
+_cudnn_cache: dict[tuple[Any, ...], dict[str, float]] = {}
+
+
+def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], precision: str,
+                   s: TimingSettings) -> dict[str, float]:
+    """torch.nn.functional.conv2d (cuDNN, benchmark mode) timed exactly as the kernel is, in NCHW and in
+    channels_last; `cudnn_ms` is the faster layout. Cached per process for a problem, precision and setting."""
+    key = (torch.cuda.get_device_name(x.device), p.key(), precision, s)
+    if key in _cudnn_cache:
+        return _cudnn_cache[key]
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        out = {}
+        for layout, fmt in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
+            xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+            t = bench.time_gpu(lambda: F.conv2d(xl, wl, b, p.stride, p.padding, p.dilation), s, x.device)
+            out[f"cudnn_{layout}_ms"] = t.median_ms
+        out["cudnn_ms"] = min(out["cudnn_nchw_ms"], out["cudnn_channels_last_ms"])
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    _cudnn_cache[key] = out
+    return out
+
+
+def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, tol: float, seed: int,
+            s: TimingSettings, device: str, spec: Optional[GpuSpec], with_cudnn: bool) -> Measurement:
+    """Check the kernel against a float64 reference, then (only if correct) time it.
+
+    Exceptions from the kernel (bad meta-parameters, Triton's OutOfResources or CompilationError, launch
+    errors) propagate to the caller, which records them as a failed run."""
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    x, w, b = make_inputs(p, seed, dev)
+    out = torch.full(p.output_shape, float("nan"), device=dev, dtype=torch.float32)
+
+    def call() -> Any:
+        return variant.launch(x, w, b, p.stride, p.padding, p.dilation, meta, precision, out=out)
+
+    on_gpu = dev.type == "cuda"
+    # The first launch compiles (or loads from Triton's disk cache) and writes into the NaN-poisoned output,
+    # which is what gets checked.
+    compile_s, launched = bench.first_call(call, dev)
+    ref = reference(p, x, w, b)
+    check = bench.check_output(out, ref, tol)
+    del ref
+    metrics: dict[str, float] = {"rel_err": check.rel_err, "compile_s": compile_s}
+    if launched.n_regs is not None:
+        metrics.update(registers=launched.n_regs, spills=launched.n_spills, shared_mem_bytes=launched.shared_bytes)
+    if not check.ok:
+        metrics["unwritten_outputs"] = check.unwritten
+        return Measurement("incorrect", check.message, metrics)
+
+    timing = bench.time_gpu(call, s, dev) if on_gpu else bench.time_host(call, s)
+    metrics.update(timing.metrics("latency"))
+    metrics.update(performance(p, timing.median_ms, spec, precision))
+    if spec is not None:
+        metrics["floor_ms"] = floor_ms(p, spec, precision)
+    if on_gpu and with_cudnn:
+        base = cudnn_baseline(p, x, w, b, precision, s)
+        metrics.update(base)
+        metrics["speedup_vs_cudnn"] = base["cudnn_ms"] / timing.median_ms
+    return Measurement("ok", check.message, metrics)

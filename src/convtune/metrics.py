@@ -1,0 +1,58 @@
+"""Derived performance metrics: pure arithmetic on a problem, a time and a GPU's peak rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from convtune.problem import ConvProblem
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet peaks (dense, no sparsity). tf32 = tensor-core TF32; fp32 = plain CUDA-core FP32."""
+
+    name: str
+    tf32_tflops: float
+    fp32_tflops: float
+    dram_gbps: float
+
+    def peak_tflops(self, precision: str) -> float:
+        # precision=ieee makes tl.dot use FMA on CUDA cores, so its ceiling is the plain FP32 rate.
+        return self.tf32_tflops if precision == "tf32" else self.fp32_tflops
+
+
+# Matched in order against torch.cuda.get_device_name(); the first pattern contained in the name wins.
+# Vendor datasheets: RTX 4090 (Ada, the GPU of the brief's NCU readings), H100 SXM/PCIe, H200 SXM, A100.
+GPU_SPECS: tuple[tuple[str, GpuSpec], ...] = (
+    ("H200", GpuSpec("NVIDIA H200", 494.7, 66.9, 4800.0)),
+    ("H100 PCIe", GpuSpec("NVIDIA H100 PCIe", 378.0, 51.2, 2000.0)),
+    ("H100", GpuSpec("NVIDIA H100 SXM", 494.7, 66.9, 3350.0)),
+    ("A100-SXM4-80GB", GpuSpec("NVIDIA A100 80GB", 156.0, 19.5, 2039.0)),
+    ("A100", GpuSpec("NVIDIA A100 40GB", 156.0, 19.5, 1555.0)),
+    ("RTX 4090", GpuSpec("NVIDIA GeForce RTX 4090", 82.6, 82.6, 1008.0)),
+)
+
+
+def gpu_spec(device_name: str) -> Optional[GpuSpec]:
+    for pattern, spec in GPU_SPECS:
+        if pattern in device_name:
+            return spec
+    return None
+
+
+def performance(problem: ConvProblem, latency_ms: float, spec: Optional[GpuSpec], precision: str) -> dict[str, float]:
+    """tflops, gbps, arithmetic intensity and, for a known GPU, % of its peaks."""
+    seconds = latency_ms * 1e-3
+    tflops = problem.flops / seconds / 1e12
+    gbps = problem.min_bytes / seconds / 1e9
+    out = {"tflops": tflops, "gbps": gbps, "arithmetic_intensity": problem.flops / problem.min_bytes}
+    if spec is not None:
+        out["pct_peak_tflops"] = 100.0 * tflops / spec.peak_tflops(precision)
+        out["pct_peak_gbps"] = 100.0 * gbps / spec.dram_gbps
+    return out
+
+
+def floor_ms(problem: ConvProblem, spec: GpuSpec, precision: str) -> float:
+    """The roofline floor: the larger of compute time at peak and minimum traffic at peak bandwidth."""
+    return 1e3 * max(problem.flops / (spec.peak_tflops(precision) * 1e12), problem.min_bytes / (spec.dram_gbps * 1e9))

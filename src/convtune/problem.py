@@ -1,0 +1,112 @@
+"""A convolution problem's geometry: pure arithmetic, no torch, so every room can use it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from convtune.errors import ConfigError, UnsupportedProblem
+
+DTYPE_BYTES = {"float32": 4}
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """One conv2d: input [batch, in_channels, height, width] * weight [out_channels, in_channels, kh, kw]."""
+
+    name: str
+    batch: int
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel_h: int
+    kernel_w: int
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    bias: bool = True
+    dtype: str = "float32"
+    init: str = "rand"
+
+    @staticmethod
+    def from_mapping(m: Any) -> "ConvProblem":
+        """From the `problem` config node (or any mapping with the same keys); checks every field."""
+        d = {k: m[k] for k in ConvProblem.__dataclass_fields__ if k in m}
+        for key in ("stride", "padding", "dilation"):
+            if key in d:
+                v = list(d[key])
+                if len(v) != 2:
+                    raise ConfigError(f"problem.{key}", v, "a pair [height, width]")
+                d[key] = (int(v[0]), int(v[1]))
+        p = ConvProblem(**d)
+        p.validate()
+        return p
+
+    def validate(self) -> None:
+        for key in ("batch", "in_channels", "height", "width", "out_channels", "kernel_h", "kernel_w"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"problem.{key}", getattr(self, key), "a positive integer")
+        for key, lo in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            for v in getattr(self, key):
+                if v < lo:
+                    raise ConfigError(f"problem.{key}", list(getattr(self, key)), f"both entries >= {lo}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ConfigError("problem.dtype", self.dtype, f"one of {sorted(DTYPE_BYTES)}")
+        if self.init not in ("rand", "randn"):
+            raise ConfigError("problem.init", self.init, "'rand' (uniform [0,1), as KernelBench) or 'randn'")
+        if self.groups != 1:
+            raise UnsupportedProblem(f"problem.groups={self.groups} is not supported yet (only 1)")
+        if self.out_h < 1 or self.out_w < 1:
+            raise ConfigError(
+                "problem", f"{self.height}x{self.width} input, {self.kernel_h}x{self.kernel_w} kernel",
+                f"an output of at least 1x1 (this gives {self.out_h}x{self.out_w}: "
+                "(size + 2·padding − dilation·(kernel−1) − 1) // stride + 1)")
+
+    @property
+    def out_h(self) -> int:
+        return (self.height + 2 * self.padding[0] - self.dilation[0] * (self.kernel_h - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.width + 2 * self.padding[1] - self.dilation[1] * (self.kernel_w - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.in_channels, self.height, self.width)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.out_channels, self.in_channels, self.kernel_h, self.kernel_w)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_channels, self.out_h, self.out_w)
+
+    @property
+    def flops(self) -> int:
+        """2·N·Cout·OH·OW·Cin·KH·KW: one multiply and one add per MAC (bias not counted)."""
+        return 2 * self.batch * self.out_channels * self.out_h * self.out_w * self.in_channels * self.kernel_h * self.kernel_w
+
+    @property
+    def min_bytes(self) -> int:
+        """The fewest bytes any kernel must move: input, weight, bias read once, output written once."""
+        elems = (self.batch * self.in_channels * self.height * self.width
+                 + self.out_channels * self.in_channels * self.kernel_h * self.kernel_w
+                 + (self.out_channels if self.bias else 0)
+                 + self.batch * self.out_channels * self.out_h * self.out_w)
+        return elems * DTYPE_BYTES[self.dtype]
+
+    def key(self) -> str:
+        """The problem's identity, without its name: shape, strides/layout, dtype, bias."""
+        s, p, d = self.stride, self.padding, self.dilation
+        return (f"n{self.batch}-c{self.in_channels}-h{self.height}-w{self.width}-k{self.out_channels}"
+                f"-r{self.kernel_h}x{self.kernel_w}-s{s[0]}x{s[1]}-p{p[0]}x{p[1]}-d{d[0]}x{d[1]}-g{self.groups}"
+                f"-{'bias' if self.bias else 'nobias'}-nchw-{self.dtype}")
+
+    def params(self) -> dict[str, Any]:
+        """Flat `problem.*` params for the tracker."""
+        out = {f"problem.{k}": (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        out.update({"problem.out_h": self.out_h, "problem.out_w": self.out_w})
+        return out

@@ -1,0 +1,96 @@
+"""A multirun's parent MLflow run: opened by a Hydra callback in the launching process, closed with a summary.
+
+The callback creates the SQLite database and the experiment once, before any job starts (several processes
+creating a fresh SQLite store at once corrupt it), opens the parent run and leaves `convtune_sweep.json` in
+the sweep folder; each job reads it to nest its run under the parent and to print `[i/total]`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from convtune import runtime, summary
+from convtune.tracking import Tracker, resolve_uri
+
+STATE_FILE = "convtune_sweep.json"
+
+
+@dataclass
+class SweepState:
+    parent_run_id: str
+    experiment_id: str
+    experiment_name: str
+    tracking_uri: str
+    total_jobs: Optional[int]
+
+    def save(self, sweep_dir: Path) -> None:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=1))
+
+    @staticmethod
+    def load(sweep_dir: Path) -> Optional["SweepState"]:
+        f = sweep_dir / STATE_FILE
+        return SweepState(**json.loads(f.read_text())) if f.exists() else None
+
+
+def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
+    """The jobs the sweeper will launch, for the basic and the convtune sweeper; None for any other."""
+    from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
+
+    sweeper = config.hydra.sweeper
+    target = str(sweeper.get("_target_", ""))
+    if not target.endswith(("BasicSweeper", "ConvtuneSweeper")):
+        return None
+    params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
+    configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") else None
+    return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
+
+
+def finalize(state: SweepState, status: str) -> str:
+    """Write the summary table to the parent run, end it with `status`, and return the table."""
+    tracker = Tracker(state.tracking_uri)
+    runs = tracker.children(state.parent_run_id)
+    table = summary.markdown(runs)
+    c = summary.counts(runs)
+    best = summary.ranked(runs)[0] if c["ok"] else None
+    tracker.log_text(state.parent_run_id, table + "\n", "summary.md")
+    tracker.log(state.parent_run_id,
+                metrics={f"n_{k}": float(v) for k, v in c.items()}
+                | ({"best_latency_ms": best["metrics"]["latency_ms"]} if best else {}),
+                tags={"status": status.lower(), "summary_rows": str(len(runs))}
+                | ({"best_run_id": best["run_id"], "best_config": summary.config_label(best["params"])} if best else {}))
+    tracker.end(state.parent_run_id, status)
+    return table
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        hc = config.hydra
+        target = runtime.choose_target(config, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+        jobs = planned_jobs(config)
+        problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
+        uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
+        tracker = Tracker(uri)  # creates the SQLite database, once, here
+        name = runtime.experiment_name(config, target.problem.name, target.device, problem_swept)
+        exp_id = tracker.experiment_id(name)
+        tags = {"status": "running", "sweep_dir": str(hc.sweep.dir), "overrides": " ".join(hc.overrides.task),
+                "total_jobs": "?" if jobs is None else len(jobs), **runtime.git_tags()}
+        parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
+        tracker.log_text(parent, OmegaConf.to_yaml(config, resolve=False), "multirun.yaml")
+        SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs)).save(Path(hc.sweep.dir))
+        print(f"sweep: {'?' if jobs is None else len(jobs)} jobs → MLflow experiment '{name}', parent run {parent}"
+              f" ({uri})", flush=True)
+        if target.notice:
+            print(target.notice, flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        state = SweepState.load(Path(config.hydra.sweep.dir))
+        if state is not None:
+            print(finalize(state, "FINISHED"), flush=True)

@@ -1,0 +1,67 @@
+"""`hydra/sweeper=convtune`: Hydra's basic sweeper plus an explicit list of configurations.
+
+The basic sweeper only sweeps Cartesian products (`num_warps=2,4,8 BLOCK_M=32,64`). Kernel tuning often
+needs a hand-picked list instead, such as the brief's nine autotune configurations, which are no product.
+`hydra.sweeper.configs` holds that list (each entry a mapping of overrides); every entry is combined with
+every point of the usual product of `hydra.sweeper.params` and the command line. Where an entry and the
+product set the same key, the product's value wins, so the command line can still pin one key.
+
+No `from __future__ import annotations` here: Hydra's plugin scan executes this module without
+registering it in sys.modules, and dataclasses then cannot resolve string annotations.
+"""
+
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from omegaconf import OmegaConf
+
+
+@dataclass
+class ConvtuneSweeperConf:
+    _target_: str = "hydra_plugins.convtune_sweeper.sweeper.ConvtuneSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None
+    configs: Optional[List[Dict[str, Any]]] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="convtune", node=ConvtuneSweeperConf, provider="convtune")
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def plan_jobs(params: Optional[Dict[str, str]], configs: Optional[List[Dict[str, Any]]],
+              arguments: List[str]) -> List[List[str]]:
+    """Every job's override list: (config list entries) × (product of params and arguments)."""
+    params_conf = [f"{k}={v}" for k, v in (params or {}).items()] + list(arguments)
+    product = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params_conf), None)[0]
+    if not configs:
+        return product
+    jobs = []
+    for entry in configs:
+        entry = OmegaConf.to_container(entry) if not isinstance(entry, dict) else entry
+        for point in product:
+            taken = {_key(o) for o in point}
+            jobs.append([f"{k}={v}" for k, v in entry.items() if k not in taken] + list(point))
+    return jobs
+
+
+class ConvtuneSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 configs: Optional[List[Dict[str, Any]]] = None) -> None:
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        self.configs = configs
+
+    def split_arguments(self, overrides: Any, max_batch_size: Optional[int]) -> List[List[List[str]]]:  # type: ignore[override]
+        # BasicSweeper.sweep has already parsed params + arguments into `overrides`; redo it from strings
+        # through plan_jobs so that the callback's job count and this sweep share one definition.
+        arguments = [o.input_line for o in overrides]
+        jobs = plan_jobs(None, self.configs, arguments)
+        if max_batch_size is None or max_batch_size == -1:
+            return [jobs]
+        return [jobs[i:i + max_batch_size] for i in range(0, len(jobs), max_batch_size)]

@@ -1,0 +1,132 @@
+"""Real `python run.py` subprocesses (Triton interpreter) writing to a temp SQLite store, read back with MLflow."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+
+PRESETS = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
+
+
+def runs_of(store, experiment="tiny [interpreter]"):
+    c = MlflowClient(store)
+    exp = c.get_experiment_by_name(experiment)
+    assert exp is not None, f"no experiment {experiment!r}"
+    return c, c.search_runs([exp.experiment_id], max_results=1000)
+
+
+def test_single_run_logs_params_metrics_tags_and_config(run_cli, store):
+    r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=16", "precision=ieee")
+    assert r.returncode == 0, r.stderr
+    assert "[1/1] BLOCK_M=16 BLOCK_N=64 BLOCK_K=32 num_warps=4 num_stages=2 →" in r.stdout and "ok" in r.stdout
+    c, runs = runs_of(store)
+    (run,) = runs
+    assert run.info.status == "FINISHED"
+    p, m, t = run.data.params, run.data.metrics, run.data.tags
+    assert (p["BLOCK_M"], p["BLOCK_N"], p["num_warps"], p["precision"], p["kernel"]) == ("16", "64", "4", "ieee", "seed")
+    assert (p["problem.batch"], p["problem.stride"], p["problem.out_h"], p["bench.rounds"]) == ("2", "[2, 1]", "10", "2")
+    assert m["rel_err"] < 1e-5 and m["latency_ms"] > 0 and m["latency_p20_ms"] <= m["latency_ms"] <= m["latency_p80_ms"]
+    assert {"tflops", "gbps", "latency_cv", "compile_s"} <= set(m)
+    assert "speedup_vs_cudnn" not in m and "pct_peak_tflops" not in m  # no GPU: no cuDNN, no peak
+    assert (t["status"], t["device"], t["compute_capability"]) == ("ok", "interpreter", "none")
+    assert len(t["kernel_source_hash"]) == 12 and t["git_dirty"] in ("True", "False", "unknown")
+    assert {"torch_version", "triton_version", "git_commit", "problem_key"} <= set(t)
+    assert "config.yaml" in [a.path for a in c.list_artifacts(run.info.run_id)]
+
+
+def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, store):
+    r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=2,4")
+    assert r.returncode == 0, r.stderr
+    assert "[1/2]" in r.stdout and "[2/2]" in r.stdout
+    c, runs = runs_of(store)
+    parents = [x for x in runs if "mlflow.parentRunId" not in x.data.tags]
+    children = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
+    assert sorted(x.data.params["num_warps"] for x in children) == ["2", "4"]
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.metrics["n_ok"] == 2
+    assert parent.data.tags["best_run_id"] in {x.info.run_id for x in children}
+    summary = Path(c.download_artifacts(parent.info.run_id, "summary.md")).read_text()
+    assert summary.count("| ok ") == 2 and "num_warps=2" in summary and "| rank " in r.stdout
+
+
+def test_a_bad_config_fails_alone_and_the_sweep_goes_on(run_cli, store):
+    r = run_cli("-m", "problem=tiny", "bench=fast", "BLOCK_M=48,16")
+    assert r.returncode == 0, r.stderr
+    assert "BLOCK_M=48 is not allowed: a power of two" in r.stdout
+    _, runs = runs_of(store)
+    by_m = {x.data.params.get("BLOCK_M"): x for x in runs if "mlflow.parentRunId" in x.data.tags}
+    assert by_m["48"].info.status == "FAILED" and by_m["48"].data.tags["status"] == "failed"
+    assert by_m["48"].data.tags["error.type"] == "ConfigError"
+    assert by_m["48"].data.tags["error.message"].startswith("BLOCK_M=48 is not allowed")
+    assert by_m["16"].info.status == "FINISHED" and by_m["16"].data.tags["status"] == "ok"
+
+
+def test_a_single_bad_run_exits_nonzero_with_one_clear_line(run_cli, store):
+    r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=48")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == "error: BLOCK_M=48 is not allowed: a power of two from 16 to 256 (tl.dot needs >= 16)"
+    assert "Traceback" not in r.stderr
+    _, runs = runs_of(store)
+    assert [x.info.status for x in runs] == ["FAILED"]
+
+
+def test_a_large_problem_named_explicitly_is_refused_under_the_interpreter(run_cli, store):
+    r = run_cli("problem=kernelbench_l1_50", "bench=fast")
+    assert r.returncode == 1 and "problem=tiny" in r.stderr and "GFLOP" in r.stderr
+
+
+def test_the_default_problem_falls_back_to_tiny_without_a_gpu(run_cli, store):
+    r = run_cli("bench=fast")
+    assert r.returncode == 0, r.stderr
+    assert "no CUDA device: running problem=tiny through the Triton interpreter" in r.stdout
+    _, runs = runs_of(store)
+    assert runs[0].data.params["problem"] == "tiny"
+
+
+BRIEF_NINE = sorted([(32, 32, 32, 4, 1), (32, 32, 32, 4, 2), (64, 32, 32, 4, 1), (64, 32, 32, 4, 2), (32, 64, 32, 4, 1),
+                     (32, 64, 32, 4, 2), (64, 64, 32, 4, 1), (64, 64, 32, 4, 2), (64, 64, 16, 4, 3)])
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_runs_on_tiny(run_cli, store, preset):
+    r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast", timeout=900)
+    assert r.returncode == 0, r.stderr
+    _, runs = runs_of(store)
+    children = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
+    assert children and all(x.info.status == "FINISHED" for x in children), [x.data.tags.get("error.message") for x in children]
+    if preset == "seed_configs":  # exactly the nine configurations of the brief's autotune list
+        got = sorted(tuple(int(x.data.params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
+                     for x in children)
+        assert got == BRIEF_NINE
+
+
+def test_ctrl_c_keeps_finished_runs_and_marks_the_interrupted_one_killed(tmp_path, store):
+    cmd = [sys.executable, "run.py", "-m", "problem=tiny", "bench=fast", "num_warps=1,2,4,8",
+           f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    deadline = time.time() + 300
+    c = MlflowClient(store)
+    while time.time() < deadline:  # wait until one child finished and the next one is running
+        exp = c.get_experiment_by_name("tiny [interpreter]") if Path(store[len("sqlite:///"):]).exists() else None
+        runs = c.search_runs([exp.experiment_id]) if exp else []
+        kids = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
+        if any(x.info.status == "FINISHED" for x in kids) and any(x.info.status == "RUNNING" for x in kids):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    runs = c.search_runs([exp.experiment_id])
+    kids = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
+    parent = [x for x in runs if "mlflow.parentRunId" not in x.data.tags][0]
+    statuses = sorted(x.info.status for x in kids)
+    assert "FINISHED" in statuses and statuses.count("KILLED") == 1 and "RUNNING" not in statuses
+    assert parent.info.status == "KILLED" and parent.data.tags["status"] == "killed"

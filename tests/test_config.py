@@ -1,0 +1,107 @@
+"""Config composition with real Hydra, and every semantic check's message."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ValidationError
+
+from convtune.config import register_configs
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import Meta, validate_meta, validate_precision
+from convtune.problem import ConvProblem
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+PROBLEMS = sorted(p.stem for p in (CONF / "problem").glob("*.yaml"))
+
+
+def cfg_with(*overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_defaults_compose_to_the_seed_problem():
+    cfg = cfg_with()
+    assert cfg.problem.name == "kernelbench_l1_50"
+    assert (cfg.problem.batch, cfg.problem.in_channels, cfg.problem.height, cfg.problem.out_channels) == (256, 3, 224, 96)
+    assert list(cfg.problem.stride) == [4, 4] and list(cfg.problem.padding) == [2, 2] and cfg.problem.bias
+    assert cfg.kernel.name == "seed" and cfg.precision.value == "tf32" and cfg.device.value == "auto"
+    assert cfg.BLOCK_M is None and cfg.num_warps is None  # null = the kernel's default configuration
+
+
+def test_meta_parameters_are_top_level_keys():
+    cfg = cfg_with("BLOCK_M=64", "num_warps=8", "num_stages=3", "precision=ieee")
+    assert (cfg.BLOCK_M, cfg.num_warps, cfg.num_stages, cfg.precision.value) == (64, 8, 3, "ieee")
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_every_problem_composes_and_is_valid(name):
+    p = ConvProblem.from_mapping(cfg_with(f"problem={name}").problem)
+    assert p.name == name and p.flops > 0 and p.out_h >= 1 and p.out_w >= 1
+
+
+def test_at_least_six_real_layers_besides_the_seed_and_tiny():
+    assert len(set(PROBLEMS) - {"kernelbench_l1_50", "tiny"}) >= 6
+
+
+@pytest.mark.parametrize("override", ["num_warps=abc", "BLOCK_M=1.5", "precision=fp8", "device=tpu", "problem.batch=x"])
+def test_wrong_types_fail_at_compose_time(override):
+    with pytest.raises((ConfigCompositionException, ValidationError)):
+        cfg_with(override)
+
+
+def test_unknown_key_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="BLOCK_Q"):
+        cfg_with("BLOCK_Q=32")
+
+
+GOOD = Meta(32, 64, 32, 4, 2)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("BLOCK_M", 48, "power of two"), ("BLOCK_M", 8, "16"), ("BLOCK_N", 512, "256"), ("BLOCK_K", 256, "128"),
+    ("num_warps", 3, "[1, 2, 4, 8, 16, 32]"), ("num_stages", 0, ">= 1"),
+])
+def test_meta_checks_name_key_value_and_what_is_allowed(key, value, words):
+    bad = Meta(**{**GOOD.as_dict(), key: value})
+    with pytest.raises(ConfigError) as e:
+        validate_meta(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"{key}={value!r} is not allowed") and words in msg and "\n" not in msg
+
+
+def test_good_meta_and_precisions_pass():
+    validate_meta(GOOD)
+    validate_precision("tf32")
+    validate_precision("ieee")
+    with pytest.raises(ConfigError, match="precision='bf16'"):
+        validate_precision("bf16")
+
+
+def problem(**kw):
+    base = dict(name="p", batch=1, in_channels=3, height=8, width=8, out_channels=4, kernel_h=3, kernel_w=3)
+    return ConvProblem.from_mapping({**base, **kw})
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"batch": 0}, "problem.batch=0"), ({"height": -1}, "problem.height=-1"),
+    ({"stride": [0, 1]}, "problem.stride"), ({"padding": [-1, 0]}, "problem.padding"),
+    ({"stride": [1, 1, 1]}, "a pair"), ({"kernel_h": 20}, "output of at least 1x1"),
+    ({"dtype": "float16"}, "problem.dtype"), ({"init": "zeros"}, "problem.init"),
+])
+def test_problem_checks(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        problem(**kw)
+
+
+def test_groups_are_refused_clearly():
+    with pytest.raises(UnsupportedProblem, match="groups=2"):
+        problem(groups=2)
+
+
+def test_asymmetric_stride_and_padding():
+    p = problem(height=19, width=17, kernel_h=5, kernel_w=5, stride=[2, 1], padding=[2, 1])
+    assert (p.out_h, p.out_w) == (10, 15)
+    assert "s2x1-p2x1" in p.key()

@@ -1,0 +1,72 @@
+"""The seed kernel against torch on random shapes (Triton interpreter): odd sizes, strides, paddings,
+dilations, bias on/off, K not a multiple of BLOCK_K, M not a multiple of BLOCK_M."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convtune.config import TOLERANCE
+from convtune.errors import UnsupportedProblem
+from convtune.kernels import Meta, get_variant
+
+seed = get_variant("seed")
+
+
+@st.composite
+def conv_cases(draw):
+    c, kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    sh, sw, ph, pw = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - 2 * ph), 13))
+    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - 2 * pw), 13))
+    return dict(n=draw(st.integers(1, 2)), c=c, h=h, w=w, k=draw(st.integers(1, 20)), kh=kh, kw=kw,
+                stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), bias=draw(st.booleans()),
+                meta=draw(st.sampled_from([Meta(16, 16, 16, 4, 1), Meta(32, 16, 16, 2, 2), Meta(16, 32, 32, 4, 3)])),
+                precision=draw(st.sampled_from(["tf32", "ieee"])), seed=draw(st.integers(0, 2**16)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_cases())
+def test_matches_float64_reference(case):
+    g = torch.Generator().manual_seed(case["seed"])
+    x = torch.randn(case["n"], case["c"], case["h"], case["w"], generator=g)
+    w = torch.randn(case["k"], case["c"], case["kh"], case["kw"], generator=g)
+    b = torch.randn(case["k"], generator=g) if case["bias"] else None
+    ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), case["stride"], case["padding"],
+                   case["dilation"])
+    out = torch.full(ref.shape, float("nan"))  # poisoned: every element must be written
+    seed.launch(x, w, b, case["stride"], case["padding"], case["dilation"], case["meta"], case["precision"], out=out)
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    rel = (out.double() - ref).norm() / ref.norm().clamp_min(1e-30)
+    assert rel <= TOLERANCE[case["precision"]], f"relative error {rel:.3g} for {case}"
+
+
+def test_output_is_allocated_when_not_given():
+    x, w = torch.rand(1, 2, 6, 7), torch.rand(3, 2, 3, 3)
+    got = seed.launch(x, w, None, 1, 1, 1, Meta(16, 16, 16, 4, 1)).out
+    assert got.shape == (1, 3, 6, 7)
+    torch.testing.assert_close(got, F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: (torch.rand(1, 2, 6, 6).transpose(2, 3), torch.rand(3, 2, 3, 3), None), "contiguous"),
+    (lambda: (torch.rand(1, 2, 6, 6, dtype=torch.float64), torch.rand(3, 2, 3, 3), None), "float32"),
+    (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 4, 3, 3), None), "input channels"),
+    (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 2, 3, 3), torch.rand(4)), "bias must have shape"),
+    (lambda: (torch.rand(2, 6, 6), torch.rand(3, 2, 3, 3), None), "4-d"),
+])
+def test_launcher_rejects_what_it_does_not_support(make, match):
+    x, w, b = make()
+    with pytest.raises(UnsupportedProblem, match=match):
+        seed.launch(x, w, b, 1, 0, 1, Meta(16, 16, 16, 4, 1))
+
+
+def test_groups_refused():
+    with pytest.raises(UnsupportedProblem, match="groups=2"):
+        seed.launch(torch.rand(1, 2, 6, 6), torch.rand(2, 1, 3, 3), None, 1, 0, 1, Meta(16, 16, 16, 4, 1), groups=2)
+
+
+def test_source_hash_is_stable_and_short():
+    assert seed.source_hash == get_variant("seed").source_hash and len(seed.source_hash) == 12

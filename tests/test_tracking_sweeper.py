@@ -1,0 +1,58 @@
+"""The MLflow layer against a real SQLite store, and the sweeper's job plan."""
+
+from mlflow.tracking import MlflowClient
+
+from convtune import summary
+from convtune.tracking import Tracker, resolve_uri
+from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
+
+
+def test_resolve_uri_makes_relative_sqlite_paths_absolute(tmp_path):
+    assert resolve_uri("sqlite:///mlruns/mlflow.db", tmp_path) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert (tmp_path / "mlruns").is_dir()
+    assert resolve_uri("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
+    assert resolve_uri("http://localhost:5000", tmp_path) == "http://localhost:5000"
+
+
+def test_runs_nest_and_read_back(store, tmp_path):
+    t = Tracker(store)
+    exp = t.experiment_id("tiny")
+    assert t.experiment_id("tiny") == exp  # idempotent
+    parent = t.start_run(exp, "sweep", {"status": "running"})
+    kids = [t.start_run(exp, f"c{i}", {"status": "running"}, parent_id=parent) for i in range(2)]
+    t.log(kids[0], params={"BLOCK_M": 32}, metrics={"latency_ms": 1.5, "skipped": None}, tags={"status": "ok"})
+    t.log(kids[1], params={"BLOCK_M": 64}, tags={"status": "failed", "error.message": "boom"})
+    t.end(kids[0], "FINISHED")
+    t.end(kids[1], "FAILED")
+    got = {r["run_name"]: r for r in t.children(parent)}
+    assert set(got) == {"c0", "c1"}
+    assert got["c0"]["status"] == "FINISHED" and got["c0"]["metrics"] == {"latency_ms": 1.5}
+    assert got["c1"]["status"] == "FAILED" and got["c1"]["tags"]["error.message"] == "boom"
+    t.log_text(parent, "hello", "summary.md")
+    art = MlflowClient(store).list_artifacts(parent)
+    assert [a.path for a in art] == ["summary.md"]
+    assert str(tmp_path) in MlflowClient(store).get_experiment(exp).artifact_location  # beside the database
+
+
+def test_summary_ranks_ok_runs_first_by_latency():
+    def run(name, status, lat=None, **tags):
+        return {"run_id": name, "params": {"BLOCK_M": name}, "metrics": {} if lat is None else {"latency_ms": lat},
+                "tags": {"status": status, **tags}}
+    runs = [run("a", "failed", **{"error.message": "bad"}), run("b", "ok", 2.0), run("c", "ok", 1.0),
+            run("d", "incorrect")]
+    assert [r["run_id"] for r in summary.ranked(runs)] == ["c", "b", "d", "a"]
+    table = summary.markdown(runs)
+    assert table.index("BLOCK_M=c") < table.index("BLOCK_M=b") < table.index("BLOCK_M=a") and "bad" in table
+    assert summary.counts(runs) == {"ok": 2, "incorrect": 1, "failed": 1, "killed": 0}
+
+
+def test_plan_is_a_product_by_default():
+    jobs = plan_jobs({"num_stages": "1,2"}, None, ["num_warps=2,4,8"])
+    assert len(jobs) == 6 and ["num_stages=1", "num_warps=2"] in jobs
+
+
+def test_config_list_times_product_and_command_line_wins():
+    jobs = plan_jobs(None, [{"BLOCK_M": 32, "num_warps": 4}, {"BLOCK_M": 64, "num_warps": 4}], ["num_warps=8", "precision=tf32,ieee"])
+    assert len(jobs) == 4
+    assert ["BLOCK_M=32", "num_warps=8", "precision=tf32"] in jobs  # num_warps from the command line replaces 4
+    assert all(sum(o.startswith("num_warps=") for o in j) == 1 for j in jobs)
