@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from convtune.errors import ConfigError
-from convtune.kernels import seed
+from convtune.kernels import implicit_gemm, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -28,6 +28,9 @@ class KernelVariant:
 VARIANTS: dict[str, KernelVariant] = {
     "seed": KernelVariant("seed", seed.launch, seed.DEFAULT_META, seed.SOURCE_HASH,
                           "implicit GEMM of the original brief (static_range K loop, runtime shapes)"),
+    "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.DEFAULT_META,
+                                   implicit_gemm.SOURCE_HASH,
+                                   "implicit GEMM with constexpr shapes, pipelined K loop, per-image tiles"),
 }
 
 

@@ -106,6 +106,41 @@ def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor
             raise UnsupportedProblem(f"{name} has {t.numel()} elements; int32 indexing allows < 2**31")
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Sizes of one checked conv2d call, as its launcher needs them."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    c_out: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+
+
+def prepare(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+            dilation: Any, out: Optional[torch.Tensor], groups: int) -> tuple[ConvGeometry, torch.Tensor]:
+    """A launcher's first step: check the inputs, work out the sizes, allocate or check `out`."""
+    check_conv_inputs(x, weight, bias, groups)
+    st, pd, dl = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
+    n, c, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    oh, ow = out_size(h, kh, st[0], pd[0], dl[0]), out_size(w, kw, st[1], pd[1], dl[1])
+    if oh <= 0 or ow <= 0:
+        raise UnsupportedProblem(f"output would be {oh}x{ow}: the kernel does not fit the padded input")
+    if out is None:
+        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    elif tuple(out.shape) != (n, c_out, oh, ow) or not out.is_contiguous() or out.dtype != torch.float32:
+        raise UnsupportedProblem(f"out must be a contiguous float32 {(n, c_out, oh, ow)} tensor, got {tuple(out.shape)}")
+    return ConvGeometry(n, c, h, w, c_out, kh, kw, oh, ow, st, pd, dl), out
+
+
 def source_hash(*objs: Callable[..., Any]) -> str:
     """A short hash of the source text of the given functions/modules: a run's kernel identity."""
     h = hashlib.sha256()

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import Launched, Meta, check_conv_inputs, out_size, pair, source_hash
+from convtune.kernels.common import Launched, Meta, prepare, source_hash
 
 IntPair = Union[int, Sequence[int]]
 
@@ -78,22 +78,12 @@ def launch(
     groups: int = 1,
 ) -> Launched:
     """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use."""
-    check_conv_inputs(x, weight, bias, groups)
-    (sh, sw), (ph, pw), (dh, dw) = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
-    n, c, h, w = x.shape
-    c_out, _, kh, kw = weight.shape
-    oh, ow = out_size(h, kh, sh, ph, dh), out_size(w, kw, sw, pw, dw)
-    if oh <= 0 or ow <= 0:
-        raise ValueError(f"output would be {oh}x{ow}: the kernel does not fit the padded input")
-    if out is None:
-        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
-    elif out.shape != (n, c_out, oh, ow) or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {(n, c_out, oh, ow)} tensor, got {tuple(out.shape)}")
-    grid = (triton.cdiv(n * oh * ow, meta.BLOCK_M), triton.cdiv(c_out, meta.BLOCK_N))
+    g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups)
+    grid = (triton.cdiv(g.n * g.oh * g.ow, meta.BLOCK_M), triton.cdiv(g.c_out, meta.BLOCK_N))
     compiled = _conv2d_seed_kernel[grid](
         x, weight, bias if bias is not None else x, out,
-        n, c, h, w, c_out, oh, ow, sh, sw, ph, pw, dh, dw,
-        KH=kh, KW=kw, K_TOTAL=c * kh * kw, HAS_BIAS=bias is not None, PRECISION=precision,
+        g.n, g.c, g.h, g.w, g.c_out, g.oh, g.ow, *g.stride, *g.padding, *g.dilation,
+        KH=g.kh, KW=g.kw, K_TOTAL=g.c * g.kh * g.kw, HAS_BIAS=bias is not None, PRECISION=precision,
         BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages,
     )

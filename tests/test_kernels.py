@@ -1,4 +1,4 @@
-"""The seed kernel against torch on random shapes (Triton interpreter): odd sizes, strides, paddings,
+"""Every kernel variant against torch on random shapes (Triton interpreter): odd sizes, strides, paddings,
 dilations, bias on/off, K not a multiple of BLOCK_K, M not a multiple of BLOCK_M."""
 
 import pytest
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from convtune.config import TOLERANCE
 from convtune.errors import UnsupportedProblem
-from convtune.kernels import Meta, get_variant
+from convtune.kernels import VARIANTS, Meta, get_variant
 
 seed = get_variant("seed")
 
@@ -24,10 +24,11 @@ def conv_cases(draw):
     return dict(n=draw(st.integers(1, 2)), c=c, h=h, w=w, k=draw(st.integers(1, 20)), kh=kh, kw=kw,
                 stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), bias=draw(st.booleans()),
                 meta=draw(st.sampled_from([Meta(16, 16, 16, 4, 1), Meta(32, 16, 16, 2, 2), Meta(16, 32, 32, 4, 3)])),
-                precision=draw(st.sampled_from(["tf32", "ieee"])), seed=draw(st.integers(0, 2**16)))
+                precision=draw(st.sampled_from(["tf32", "ieee"])), seed=draw(st.integers(0, 2**16)),
+                variant=draw(st.sampled_from(sorted(VARIANTS))))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conv_cases())
 def test_matches_float64_reference(case):
     g = torch.Generator().manual_seed(case["seed"])
@@ -37,15 +38,17 @@ def test_matches_float64_reference(case):
     ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), case["stride"], case["padding"],
                    case["dilation"])
     out = torch.full(ref.shape, float("nan"))  # poisoned: every element must be written
-    seed.launch(x, w, b, case["stride"], case["padding"], case["dilation"], case["meta"], case["precision"], out=out)
+    get_variant(case["variant"]).launch(x, w, b, case["stride"], case["padding"], case["dilation"], case["meta"],
+                                        case["precision"], out=out)
     assert not torch.isnan(out).any(), "some outputs were never written"
     rel = (out.double() - ref).norm() / ref.norm().clamp_min(1e-30)
     assert rel <= TOLERANCE[case["precision"]], f"relative error {rel:.3g} for {case}"
 
 
-def test_output_is_allocated_when_not_given():
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_output_is_allocated_when_not_given(name):
     x, w = torch.rand(1, 2, 6, 7), torch.rand(3, 2, 3, 3)
-    got = seed.launch(x, w, None, 1, 1, 1, Meta(16, 16, 16, 4, 1)).out
+    got = get_variant(name).launch(x, w, None, 1, 1, 1, Meta(16, 16, 16, 4, 1)).out
     assert got.shape == (1, 3, 6, 7)
     torch.testing.assert_close(got, F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-5)
 
@@ -57,10 +60,11 @@ def test_output_is_allocated_when_not_given():
     (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 2, 3, 3), torch.rand(4)), "bias must have shape"),
     (lambda: (torch.rand(2, 6, 6), torch.rand(3, 2, 3, 3), None), "4-d"),
 ])
-def test_launcher_rejects_what_it_does_not_support(make, match):
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_launcher_rejects_what_it_does_not_support(make, match, name):
     x, w, b = make()
     with pytest.raises(UnsupportedProblem, match=match):
-        seed.launch(x, w, b, 1, 0, 1, Meta(16, 16, 16, 4, 1))
+        get_variant(name).launch(x, w, b, 1, 0, 1, Meta(16, 16, 16, 4, 1))
 
 
 def test_groups_refused():

@@ -1,0 +1,133 @@
+"""`implicit_gemm`: the fast conv kernel. Same GEMM view as `seed` (M = output positions, N = C_out,
+K = C_in·KH·KW), arranged for speed. See docs/PERFORMANCE.md for what each choice bought.
+
+- The problem's shape, strides and padding are `tl.constexpr`: index division and modulo by constants
+  compile to multiply-shift, and each shape gets its own specialised binary (one compile per shape).
+- The K loop is a plain `range` (an `scf.for`), so Triton software-pipelines it `num_stages` deep:
+  the stage knob is real here, unlike in `seed` whose `tl.static_range` unrolls the loop.
+- A program's BLOCK_M positions never cross an image: the grid is images × tiles-per-image. Output
+  positions of a tile are then contiguous in NCHW for every channel, so stores coalesce.
+- Input addresses split into a per-position base and a per-k offset, added once per element; padding is
+  tested with one unsigned compare per axis (a negative index wraps to a huge unsigned value).
+- One BLOCK_N tile can cover all output channels (BLOCK_N >= C_out), so each gathered input tile is
+  used for every channel instead of being gathered again per channel tile.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.kernels.common import Launched, Meta, prepare, source_hash
+
+IntPair = Union[int, Sequence[int]]
+
+
+@triton.jit
+def _conv2d_igemm_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+    KH: tl.constexpr, KWP: tl.constexpr, J0: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+    PH: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, VEC: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # Reduction index k = (c·KH + r)·KWP + jj: jj runs over a kernel row padded to KWP (a multiple of VEC)
+    # with zero weights, starting at column offset J0 (a multiple of VEC) from SW·ow. With DW == 1, each run
+    # of VEC consecutive k then reads VEC consecutive, VEC-aligned input elements under one mask value.
+    OHW: tl.constexpr = OH * OW
+    K_TOTAL: tl.constexpr = C * KH * KWP
+    TILES_PER_IMG: tl.constexpr = (OHW + BLOCK_M - 1) // BLOCK_M
+
+    pid = tl.program_id(0)
+    img = pid // TILES_PER_IMG
+    pos = (pid % TILES_PER_IMG) * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions inside one image
+    m_mask = pos < OHW
+    ih0 = (pos // OW) * SH - PH
+    iw0 = (pos % OW) * SW + J0  # multiple of VEC: SW % VEC == 0 and J0 % VEC == 0
+    x_img = x_ptr + img.to(tl.int64) * (C * H * W)
+    a_base = tl.multiple_of(ih0 * W + iw0, VEC)
+
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < C_OUT
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K_TOTAL, BLOCK_K):  # pipelined num_stages deep
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        c = offs_k // (KH * KWP)
+        r = (offs_k % (KH * KWP)) // KWP * DH
+        jj = offs_k % KWP * DW
+        k_delta = tl.max_contiguous(tl.multiple_of(c * (H * W) + r * W + jj, VEC), VEC)
+        ih = ih0[:, None] + r[None, :]
+        iw = iw0[:, None] + jj[None, :]
+        inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_img + (a_base[:, None] + k_delta[None, :]),
+                    mask=inside & m_mask[:, None] & (offs_k < K_TOTAL)[None, :], other=0.0)
+        b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + offs_k[:, None],
+                    mask=(offs_k < K_TOTAL)[:, None] & n_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
+    tl.store(y_img + offs_n[None, :] * OHW + pos[:, None], acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int) -> int:
+    """The widest input vector (4, 2 or 1 elements) whose alignment the kernel can promise."""
+    for vec in (4, 2):
+        if dil_w == 1 and stride_w % vec == 0 and width % vec == 0 and x.data_ptr() % (4 * vec) == 0:
+            return vec
+    return 1
+
+
+def pack_weight(weight: torch.Tensor, pad_w: int, vec: int) -> tuple[torch.Tensor, int, int]:
+    """Pad each kernel row to the aligned column window [J0, J0 + KWP) around -pad_w with zeros.
+    Returns (packed [C_out, C·KH·KWP] weight, KWP, J0). vec == 1 leaves the weight as it is."""
+    kw = weight.shape[3]
+    if vec == 1:
+        return weight, kw, -pad_w
+    j0 = -((pad_w + vec - 1) // vec) * vec  # floor(-pad_w / vec) · vec
+    kwp = -(-(kw - pad_w - j0) // vec) * vec  # ceil((kw - pad_w - j0) / vec) · vec
+    packed = weight.new_zeros(weight.shape[:3] + (kwp,))
+    packed[..., -pad_w - j0: -pad_w - j0 + kw] = weight
+    return packed, kwp, j0
+
+
+def launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    meta: Meta,
+    precision: str = "tf32",
+    out: Optional[torch.Tensor] = None,
+    groups: int = 1,
+    vec: Optional[int] = None,
+) -> Launched:
+    """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use.
+    `vec` forces the input vector width (1, 2, 4); None picks the widest the alignment allows."""
+    g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups)
+    if vec is None:
+        vec = choose_vec(x, g.w, g.stride[1], g.dilation[1])
+    packed, kwp, j0 = pack_weight(weight, g.padding[1], vec)
+    grid = (g.n * triton.cdiv(g.oh * g.ow, meta.BLOCK_M), triton.cdiv(g.c_out, meta.BLOCK_N))
+    compiled = _conv2d_igemm_kernel[grid](
+        x, packed, bias if bias is not None else x, out,
+        C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
+        SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
+        HAS_BIAS=bias is not None, PRECISION=precision,
+        BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        num_warps=meta.num_warps, num_stages=meta.num_stages,
+    )
+    return Launched.from_compiled(out, compiled)
+
+
+# Provisional default until the GPU sweep picks one: BLOCK_N=128 covers C_out up to 128 in one tile.
+DEFAULT_META = Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+SOURCE_HASH = source_hash(_conv2d_igemm_kernel, choose_vec, pack_weight, launch)
