@@ -34,7 +34,8 @@ def run_cli(tmp_path, store):
     """Run `python run.py ...` as a user would, against the temp store; returns the CompletedProcess."""
     def run(*args, env_extra=None, timeout=600):
         env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
-        cmd = [sys.executable, "run.py", *args, f"tracking.uri={store}",
+        # a temp pins file too: a test must never write the package's own pins (microtune promotes)
+        cmd = [sys.executable, "run.py", *args, f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
                f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return run

@@ -1,6 +1,7 @@
 """Real `python run.py` subprocesses (Triton interpreter) writing to a temp SQLite store, read back with MLflow."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,12 +26,13 @@ def runs_of(store, experiment="tiny [interpreter]"):
 def test_single_run_logs_params_metrics_tags_and_config(run_cli, store):
     r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=16", "precision=ieee")
     assert r.returncode == 0, r.stderr
-    assert "[1/1] BLOCK_M=16 BLOCK_N=64 BLOCK_K=32 num_warps=4 num_stages=2 →" in r.stdout and "ok" in r.stdout
+    # BLOCK_M as given; the rest is implicit_gemm's default for tiny's class (20 channels → BLOCK_N=64)
+    assert "[1/1] BLOCK_M=16 BLOCK_N=64 BLOCK_K=32 num_warps=4 num_stages=3 →" in r.stdout and "ok" in r.stdout
     c, runs = runs_of(store)
     (run,) = runs
     assert run.info.status == "FINISHED"
     p, m, t = run.data.params, run.data.metrics, run.data.tags
-    assert (p["BLOCK_M"], p["BLOCK_N"], p["num_warps"], p["precision"], p["kernel"]) == ("16", "64", "4", "ieee", "seed")
+    assert (p["BLOCK_M"], p["BLOCK_N"], p["num_warps"], p["precision"], p["kernel"]) == ("16", "64", "4", "ieee", "implicit_gemm")
     assert (p["problem.batch"], p["problem.stride"], p["problem.out_h"], p["bench.rounds"]) == ("2", "[2, 1]", "10", "2")
     assert m["rel_err"] < 1e-5 and m["latency_ms"] > 0 and m["latency_p20_ms"] <= m["latency_ms"] <= m["latency_p80_ms"]
     assert {"tflops", "gbps", "latency_cv", "compile_s"} <= set(m)
@@ -53,6 +55,7 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, store):
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.metrics["n_ok"] == 2
     assert parent.data.tags["best_run_id"] in {x.info.run_id for x in children}
+    assert {"summary.md", "multirun.yaml", "roofline.png", "latency.png"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
     summary = Path(c.download_artifacts(parent.info.run_id, "summary.md")).read_text()
     assert summary.count("| ok ") == 2 and "num_warps=2" in summary and "| rank " in r.stdout
 
@@ -78,6 +81,15 @@ def test_a_single_bad_run_exits_nonzero_with_one_clear_line(run_cli, store):
     assert [x.info.status for x in runs] == ["FAILED"]
 
 
+def test_profile_ncu_without_a_gpu_still_succeeds_and_says_why(run_cli, store):
+    r = run_cli("problem=tiny", "bench=fast", "profile=ncu")
+    assert r.returncode == 0, r.stderr
+    assert "ncu needs a GPU: no NCU counters under the interpreter" in r.stdout
+    _, (run,) = runs_of(store)
+    assert run.info.status == "FINISHED" and run.data.tags["ncu_status"].startswith("ncu needs a GPU")
+    assert not any(k.startswith("ncu.") for k in run.data.metrics)
+
+
 def test_a_large_problem_named_explicitly_is_refused_under_the_interpreter(run_cli, store):
     r = run_cli("problem=kernelbench_l1_50", "bench=fast")
     assert r.returncode == 1 and "problem=tiny" in r.stderr and "GFLOP" in r.stderr
@@ -99,7 +111,9 @@ BRIEF_NINE = sorted([(32, 32, 32, 4, 1), (32, 32, 32, 4, 2), (64, 32, 32, 4, 1),
 def test_every_preset_runs_on_tiny(run_cli, store, preset):
     r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast", timeout=900)
     assert r.returncode == 0, r.stderr
-    _, runs = runs_of(store)
+    experiment = re.search(r"MLflow experiment '([^']+)'", r.stdout).group(1)
+    assert experiment.endswith(" [interpreter]")
+    _, runs = runs_of(store, experiment)
     children = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
     assert children and all(x.info.status == "FINISHED" for x in children), [x.data.tags.get("error.message") for x in children]
     if preset == "seed_configs":  # exactly the nine configurations of the brief's autotune list

@@ -27,7 +27,7 @@ def test_defaults_compose_to_the_seed_problem():
     assert cfg.problem.name == "kernelbench_l1_50"
     assert (cfg.problem.batch, cfg.problem.in_channels, cfg.problem.height, cfg.problem.out_channels) == (256, 3, 224, 96)
     assert list(cfg.problem.stride) == [4, 4] and list(cfg.problem.padding) == [2, 2] and cfg.problem.bias
-    assert cfg.kernel.name == "seed" and cfg.precision.value == "tf32" and cfg.device.value == "auto"
+    assert cfg.kernel.name == "implicit_gemm" and cfg.precision.value == "tf32" and cfg.device.value == "auto"
     assert cfg.BLOCK_M is None and cfg.num_warps is None  # null = the kernel's default configuration
 
 

@@ -46,6 +46,16 @@ def test_summary_ranks_ok_runs_first_by_latency():
     assert summary.counts(runs) == {"ok": 2, "incorrect": 1, "failed": 1, "killed": 0}
 
 
+def test_per_problem_table_takes_each_problems_best_and_the_geomean():
+    def run(problem, lat, sp):
+        return {"run_id": f"{problem}{lat}", "params": {"problem": problem, "BLOCK_M": "64"},
+                "metrics": {"latency_ms": lat, "speedup_vs_cudnn": sp, "cudnn_ms": lat * sp}, "tags": {"status": "ok"}}
+    table = summary.per_problem([run("a", 1.0, 2.0), run("a", 2.0, 1.0), run("b", 1.0, 0.5)])
+    lines = table.splitlines()
+    assert lines[2].startswith("| a | 2.0000 | 1.0000 | 2.00x") and lines[3].startswith("| b |")
+    assert "geometric mean speedup over cuDNN: 1.00x (2 problems)" in table
+
+
 def test_plan_is_a_product_by_default():
     jobs = plan_jobs({"num_stages": "1,2"}, None, ["num_warps=2,4,8"])
     assert len(jobs) == 6 and ["num_stages=1", "num_warps=2"] in jobs

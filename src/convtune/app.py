@@ -65,15 +65,30 @@ class _Job:
             from convtune import kernels  # only now: TRITON_INTERPRET must be settled first
 
             self.variant = kernels.get_variant(cfg.kernel.name)
-            self.meta = kernels.Meta.fill(self.given, self.variant.default_meta)
+            self.problem = ConvProblem.from_mapping(self.problem_node)
+            base, source = self.base_meta(cfg)
+            self.meta = kernels.Meta.fill(self.given, base)
+            explicit = [k for k, v in self.given.items() if v is not None]
+            self.tags["meta_source"] = "explicit" if len(explicit) == len(META_KEYS) else source
             self.params.update(self.meta.as_dict())
             self.label = self.meta.label()
             self.tags["kernel_source_hash"] = self.variant.source_hash
-        except (ConfigError, RuntimeError) as e:
+        except (ValueError, RuntimeError) as e:  # ConfigError, UnsupportedProblem, a device mismatch
             self.setup_error = e
             self.problem_node = cfg.problem
         self.params["problem"] = self.problem_node.name
         self.tags["problem"] = self.problem_node.name
+
+    def base_meta(self, cfg: DictConfig) -> tuple[Any, str]:
+        """What null meta keys take: the pin for this GPU, kernel, problem and precision if there is one
+        (or the nearest pinned shape), else the kernel's default for the problem's class."""
+        from convtune.kernels import pins
+        from convtune.promote import pins_path
+
+        p = self.problem
+        return pins.lookup(pins.load(pins_path(cfg, Path(HydraConfig.get().runtime.cwd))), self.tags["device"],
+                           self.variant.name, pins.pin_key(p.key(), self.precision),
+                           lambda: self.variant.default_meta(p.out_channels, p.stride[1], p.width))
 
     def run_name(self) -> str:
         return self.meta.short() if self.meta is not None else "-".join(str(self.params[k]) for k in META_KEYS)
@@ -122,9 +137,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
 def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
     from convtune import kernels, measure
     from convtune.bench import TimingSettings
+    from convtune.calibrate import apply_cache
     from convtune.metrics import gpu_spec
 
-    problem = ConvProblem.from_mapping(job.problem_node)
+    problem = job.problem
     job.params.update(problem.params())
     job.tags["problem_key"] = problem.key()
     kernels.validate_meta(job.meta)
@@ -138,12 +154,37 @@ def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
         settings = replace(settings, rounds=min(b.rounds, 2), reps=min(b.reps, 2), warmup=0)
         job.params.update({"bench.rounds": settings.rounds, "bench.reps": settings.reps, "bench.warmup": 0})
     else:
-        spec = gpu_spec(job.tags["device"])
+        spec = apply_cache(gpu_spec(job.tags["device"]), job.tags["device"])
         if spec is None:
             log.warning(f"GPU '{job.tags['device']}' is not in convtune.metrics.GPU_SPECS: pct_peak_* omitted")
     m = measure.measure(problem, job.variant, job.meta, job.precision, TOLERANCE[job.precision], job.cfg.seed,
                         settings, job.device, spec, with_cudnn=b.cudnn_baseline)
+    job.tags.update(m.tags)
+    if _value(job.cfg.profile) == "ncu" and m.status == "ok":
+        m.metrics.update(_ncu(job, problem))
     return m.status, m.message, m.metrics
+
+
+def _ncu(job: _Job, problem: ConvProblem) -> dict[str, float]:
+    """NCU counters for one extra launch in a child process; a missing or refused ncu is a tag, not a failure."""
+    from convtune import ncu
+
+    if job.device == runtime.INTERPRETER:
+        counters, status = {}, "ncu needs a GPU: no NCU counters under the interpreter"
+    else:
+        spec = {**{k: getattr(problem, k) for k in problem.__dataclass_fields__}, "stride": list(problem.stride),
+                "padding": list(problem.padding), "dilation": list(problem.dilation)}
+        counters, status = ncu.profile({"problem": spec, "kernel": job.variant.name, "meta": job.meta.as_dict(),
+                                        "precision": job.precision, "seed": job.cfg.seed})
+    job.tags["ncu_status"] = status
+    if not counters:
+        log.info(status)
+    out = {ncu.metric_name(k): v for k, v in counters.items()}
+    moved = counters.get("dram__bytes_read.sum", 0) + counters.get("dram__bytes_write.sum", 0)
+    if moved:
+        out["ncu_arithmetic_intensity"] = problem.flops / moved
+        out["ncu_dram_bytes_over_min"] = moved / problem.min_bytes
+    return out
 
 
 def _record(tracker: Tracker, run_id: str, job: _Job, metrics: dict[str, float], status: str,

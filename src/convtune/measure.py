@@ -16,6 +16,7 @@ from convtune import bench
 from convtune.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta
 from convtune.metrics import GpuSpec, floor_ms, performance
+from convtune.occupancy import SmLimits, occupancy
 from convtune.problem import ConvProblem
 
 
@@ -24,6 +25,15 @@ class Measurement:
     status: str  # ok | incorrect
     message: str
     metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def sm_limits(device: torch.device) -> SmLimits:
+    """This GPU's per-SM limits, read off the device."""
+    props = torch.cuda.get_device_properties(device)
+    return SmLimits(regs_per_sm=props.regs_per_multiprocessor,
+                    max_warps_per_sm=props.max_threads_per_multi_processor // 32,
+                    smem_per_sm=props.shared_memory_per_multiprocessor)
 
 
 def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
@@ -89,19 +99,25 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     check = bench.check_output(out, ref, tol)
     del ref
     metrics: dict[str, float] = {"rel_err": check.rel_err, "compile_s": compile_s}
+    tags: dict[str, str] = {}
     if launched.n_regs is not None:
         metrics.update(registers=launched.n_regs, spills=launched.n_spills, shared_mem_bytes=launched.shared_bytes)
+        occ = occupancy(launched.n_regs, launched.shared_bytes or 0, meta.num_warps, sm_limits(dev))
+        metrics.update(occupancy_pct=100 * occ.fraction, blocks_per_sm=occ.blocks_per_sm, warps_per_sm=occ.warps_per_sm)
+        tags["occupancy_limiter"] = occ.limiter
     if not check.ok:
         metrics["unwritten_outputs"] = check.unwritten
-        return Measurement("incorrect", check.message, metrics)
+        return Measurement("incorrect", check.message, metrics, tags)
 
     timing = bench.time_gpu(call, s, dev) if on_gpu else bench.time_host(call, s)
     metrics.update(timing.metrics("latency"))
     metrics.update(performance(p, timing.median_ms, spec, precision))
     if spec is not None:
-        metrics["floor_ms"] = floor_ms(p, spec, precision)
+        metrics["floor_ms"], tags["floor_source"] = floor_ms(p, spec, precision)
+        metrics.update(peak_tflops=spec.peak_tflops(precision), peak_gbps=spec.dram_gbps)
+        metrics["pct_of_floor"] = 100.0 * metrics["floor_ms"] / timing.median_ms
     if on_gpu and with_cudnn:
         base = cudnn_baseline(p, x, w, b, precision, s)
         metrics.update(base)
         metrics["speedup_vs_cudnn"] = base["cudnn_ms"] / timing.median_ms
-    return Measurement("ok", check.message, metrics)
+    return Measurement("ok", check.message, metrics, tags)

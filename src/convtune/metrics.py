@@ -16,16 +16,22 @@ class GpuSpec:
     tf32_tflops: float
     fp32_tflops: float
     dram_gbps: float
+    # Ceilings measured on such a GPU (a large device copy counting read + write; a large TF32 matmul),
+    # used for the floor when known; the datasheet rates above stay the basis of pct_peak_*.
+    measured_tf32_tflops: Optional[float] = None
+    measured_copy_gbps: Optional[float] = None
 
     def peak_tflops(self, precision: str) -> float:
-        # precision=ieee makes tl.dot use FMA on CUDA cores, so its ceiling is the plain FP32 rate.
-        return self.tf32_tflops if precision == "tf32" else self.fp32_tflops
+        # ieee makes tl.dot use FMA on CUDA cores: the plain FP32 rate. tf32x3 spends three TF32 products
+        # per multiply, so a third of the TF32 rate is its ceiling in useful FLOPs.
+        return {"tf32": self.tf32_tflops, "tf32x3": self.tf32_tflops / 3}.get(precision, self.fp32_tflops)
 
 
 # Matched in order against torch.cuda.get_device_name(); the first pattern contained in the name wins.
 # Vendor datasheets: RTX 4090 (Ada, the GPU of the brief's NCU readings), H100 SXM/PCIe, H200 SXM, A100.
 GPU_SPECS: tuple[tuple[str, GpuSpec], ...] = (
-    ("H200", GpuSpec("NVIDIA H200", 494.7, 66.9, 4800.0)),
+    # H200 measured 2026-11-22 (torch 2.11, triton 3.6, do_bench median, L2 flushed; FACTS.md).
+    ("H200", GpuSpec("NVIDIA H200", 494.7, 66.9, 4800.0, measured_tf32_tflops=368.0, measured_copy_gbps=4270.0)),
     ("H100 PCIe", GpuSpec("NVIDIA H100 PCIe", 378.0, 51.2, 2000.0)),
     ("H100", GpuSpec("NVIDIA H100 SXM", 494.7, 66.9, 3350.0)),
     ("A100-SXM4-80GB", GpuSpec("NVIDIA A100 80GB", 156.0, 19.5, 2039.0)),
@@ -53,6 +59,12 @@ def performance(problem: ConvProblem, latency_ms: float, spec: Optional[GpuSpec]
     return out
 
 
-def floor_ms(problem: ConvProblem, spec: GpuSpec, precision: str) -> float:
-    """The roofline floor: the larger of compute time at peak and minimum traffic at peak bandwidth."""
-    return 1e3 * max(problem.flops / (spec.peak_tflops(precision) * 1e12), problem.min_bytes / (spec.dram_gbps * 1e9))
+def floor_ms(problem: ConvProblem, spec: GpuSpec, precision: str) -> tuple[float, str]:
+    """The roofline floor, the larger of compute time at peak rate and fewest bytes at peak bandwidth, and
+    whether it used measured ceilings ("measured") or the datasheet ("datasheet")."""
+    peak, bw, source = spec.peak_tflops(precision), spec.dram_gbps, "datasheet"
+    if spec.measured_copy_gbps and (precision == "ieee" or spec.measured_tf32_tflops):
+        bw, source = spec.measured_copy_gbps, "measured"
+        if precision != "ieee":
+            peak = spec.measured_tf32_tflops / (3 if precision == "tf32x3" else 1)
+    return 1e3 * max(problem.flops / (peak * 1e12), problem.min_bytes / (bw * 1e9)), source

@@ -53,7 +53,7 @@ def device_tags(device: str) -> dict[str, str]:
     import torch
     import triton
 
-    tags = {"torch_version": torch.__version__, "triton_version": triton.__version__}
+    tags = {"torch_version": str(torch.__version__), "triton_version": str(triton.__version__)}
     if device == INTERPRETER:
         return {**tags, "device": INTERPRETER, "compute_capability": "none"}
     major, minor = torch.cuda.get_device_capability()

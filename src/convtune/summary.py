@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 META_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
@@ -48,6 +49,28 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
     line = lambda row: "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |"  # noqa: E731
     return "\n".join([line(table[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in table[1:]])
+
+
+def per_problem(runs: list[dict[str, Any]]) -> str:
+    """For a sweep over several problems: the best correct run of each against cuDNN, and the geomean."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in ranked(runs):
+        if r["tags"].get("status") == "ok":
+            best.setdefault(r["params"].get("problem", "?"), r)
+    head = ["problem", "cuDNN ms", "ours ms", "speedup", "TFLOPS", "% of floor", "config"]
+    body, logs = [], []
+    for name, r in best.items():
+        m = r["metrics"]
+        sp = m.get("speedup_vs_cudnn")
+        if sp:
+            logs.append(math.log(sp))
+        body.append([name, _fmt(m.get("cudnn_ms"), ".4f"), _fmt(m.get("latency_ms"), ".4f"),
+                     _fmt(sp, ".2f") + ("x" if sp else ""), _fmt(m.get("tflops"), ".1f"),
+                     _fmt(m.get("pct_of_floor"), ".1f"), config_label(r["params"])])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
+    if logs:
+        lines.append(f"\ngeometric mean speedup over cuDNN: {math.exp(sum(logs) / len(logs)):.2f}x ({len(logs)} problems)")
+    return "\n".join(lines)
 
 
 def counts(runs: list[dict[str, Any]]) -> dict[str, int]:

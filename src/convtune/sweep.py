@@ -46,11 +46,32 @@ def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
 
     sweeper = config.hydra.sweeper
     target = str(sweeper.get("_target_", ""))
-    if not target.endswith(("BasicSweeper", "ConvtuneSweeper")):
-        return None
+    if not target.endswith(("BasicSweeper", "ConvtuneSweeper")) or sweeper.get("neighbours"):
+        return None  # another sweeper, or configs the sweeper derives itself (it records the count)
     params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
     configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") else None
     return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
+
+
+def record_total_jobs(config: DictConfig, total: int) -> None:
+    state = SweepState.load(Path(config.hydra.sweep.dir))
+    if state is not None:
+        state.total_jobs = total
+        state.save(Path(config.hydra.sweep.dir))
+
+
+def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) -> None:
+    """roofline.png and latency.png on the parent run (one problem per sweep; a suite gets neither)."""
+    from convtune import plots
+
+    if len({r["params"].get("problem") for r in runs}) != 1:
+        return
+    first = runs[0]
+    title = f"{first['params'].get('problem')} · {first['tags'].get('device', '?')} · {first['params'].get('precision')}"
+    for name, fig in (("roofline.png", plots.roofline(runs, title)), ("latency.png", plots.latency_by_config(runs, title))):
+        if fig is not None:
+            tracker.log_figure(state.parent_run_id, fig, name)
+            plots.plt.close(fig)
 
 
 def finalize(state: SweepState, status: str) -> str:
@@ -61,6 +82,11 @@ def finalize(state: SweepState, status: str) -> str:
     c = summary.counts(runs)
     best = summary.ranked(runs)[0] if c["ok"] else None
     tracker.log_text(state.parent_run_id, table + "\n", "summary.md")
+    _log_plots(tracker, state, runs)
+    if len({r["params"].get("problem") for r in runs}) > 1:
+        by_problem = summary.per_problem(runs)
+        tracker.log_text(state.parent_run_id, by_problem + "\n", "per_problem.md")
+        table += "\n\n" + by_problem
     tracker.log(state.parent_run_id,
                 metrics={f"n_{k}": float(v) for k, v in c.items()}
                 | ({"best_latency_ms": best["metrics"]["latency_ms"]} if best else {}),
@@ -94,3 +120,7 @@ class SweepCallback(Callback):
         state = SweepState.load(Path(config.hydra.sweep.dir))
         if state is not None:
             print(finalize(state, "FINISHED"), flush=True)
+        if config.promote.after_sweep:
+            from convtune.promote import run_promote
+
+            run_promote(config)

@@ -78,12 +78,21 @@ class Tracker:
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self.client.log_text(run_id, text, artifact_file)
 
+    def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
+        self.client.log_figure(run_id, figure, artifact_file)
+
     def end(self, run_id: str, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status=status)
 
     def get(self, run_id: str) -> dict[str, Any]:
         return _as_dict(self.client.get_run(run_id))
+
+    def search(self, filter_string: str) -> list[dict[str, Any]]:
+        """Runs of every experiment matching an MLflow filter (AND only)."""
+        ids = [e.experiment_id for e in self.client.search_experiments()]
+        runs = self.client.search_runs(ids, filter_string=filter_string, max_results=50000) if ids else []
+        return [_as_dict(r) for r in runs]
 
     def children(self, parent_id: str) -> list[dict[str, Any]]:
         parent = self.client.get_run(parent_id)

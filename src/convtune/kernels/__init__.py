@@ -20,15 +20,15 @@ class KernelVariant:
 
     name: str
     launch: Callable[..., Launched]
-    default_meta: Meta
+    default_meta: Callable[[int, int, int], Meta]  # (out_channels, stride_w, width) → the class default
     source_hash: str
     description: str
 
 
 VARIANTS: dict[str, KernelVariant] = {
-    "seed": KernelVariant("seed", seed.launch, seed.DEFAULT_META, seed.SOURCE_HASH,
+    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH,
                           "implicit GEMM of the original brief (static_range K loop, runtime shapes)"),
-    "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.DEFAULT_META,
+    "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
                                    implicit_gemm.SOURCE_HASH,
                                    "implicit GEMM with constexpr shapes, pipelined K loop, per-image tiles"),
 }

@@ -128,6 +128,14 @@ def launch(
     return Launched.from_compiled(out, compiled)
 
 
-# Provisional default until the GPU sweep picks one: BLOCK_N=128 covers C_out up to 128 in one tile.
-DEFAULT_META = Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+def default_meta(out_channels: int, stride_w: int, width: int) -> Meta:
+    """The default configuration per problem class, from a sweep on an H200 (benchmarks/probe_kernels.py,
+    2026-11-22; docs/PERFORMANCE.md). A pin for the exact problem and GPU takes precedence (convtune.pins)."""
+    block_n = 64 if out_channels <= 64 else 128  # one tile covers every channel up to 128
+    if stride_w % 4 == 0 and width % 4 == 0:
+        # The VEC=4 gather path (L1 #50): M256-K16-w8-s4 0.520 ms; M128-w8-s4 0.529; M128-w4-s3 0.565.
+        return Meta(BLOCK_M=256, BLOCK_N=block_n, BLOCK_K=16, num_warps=8, num_stages=4)
+    # Stride-1/2 layers: BM=64 beat BM=128 by 20-30 % at BN=128 (alexnet_conv3 0.758 vs 0.983 ms);
+    # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
+    return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
 SOURCE_HASH = source_hash(_conv2d_igemm_kernel, choose_vec, pack_weight, launch)

@@ -26,6 +26,8 @@ class ConvtuneSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     configs: Optional[List[Dict[str, Any]]] = None
+    # "pin": the configs are the current pin and its micro-tune neighbours (convtune.microtune)
+    neighbours: Optional[str] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="convtune", node=ConvtuneSweeperConf, provider="convtune")
@@ -53,15 +55,29 @@ def plan_jobs(params: Optional[Dict[str, str]], configs: Optional[List[Dict[str,
 
 class ConvtuneSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 configs: Optional[List[Dict[str, Any]]] = None) -> None:
+                 configs: Optional[List[Dict[str, Any]]] = None, neighbours: Optional[str] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.configs = configs
+        if neighbours not in (None, "pin"):
+            raise ValueError(f"hydra.sweeper.neighbours={neighbours!r} is not allowed: null or 'pin'")
+        self.neighbours = neighbours
+
+    def sweep(self, arguments: List[str]) -> Any:
+        if self.neighbours == "pin":
+            from convtune.microtune import neighbour_configs
+
+            self.configs = neighbour_configs(self.config)
+        return super().sweep(arguments)
 
     def split_arguments(self, overrides: Any, max_batch_size: Optional[int]) -> List[List[List[str]]]:  # type: ignore[override]
         # BasicSweeper.sweep has already parsed params + arguments into `overrides`; redo it from strings
         # through plan_jobs so that the callback's job count and this sweep share one definition.
         arguments = [o.input_line for o in overrides]
         jobs = plan_jobs(None, self.configs, arguments)
+        if self.neighbours:  # the callback could not count these jobs before the sweep began
+            from convtune.sweep import record_total_jobs
+
+            record_total_jobs(self.config, len(jobs))
         if max_batch_size is None or max_batch_size == -1:
             return [jobs]
         return [jobs[i:i + max_batch_size] for i in range(0, len(jobs), max_batch_size)]

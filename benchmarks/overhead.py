@@ -1,0 +1,70 @@
+"""Host overhead of the library call on a pinned shape: convtune.conv2d vs the launcher vs a bare launch.
+
+    python benchmarks/overhead.py      (GPU; the problem is tiny so the GPU work is negligible)
+
+Each variant is called back to back many times with one synchronize at the end, so the time per call is
+the host-side cost (the GPU queue never drains for so small a kernel).
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import convtune  # noqa: E402
+from convtune.kernels import implicit_gemm as ig  # noqa: E402
+from convtune.kernels.common import Meta  # noqa: E402
+
+N_CALLS = 3000
+
+
+def per_call_us(fn) -> float:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(N_CALLS):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / N_CALLS * 1e6)
+    return best
+
+
+def main() -> None:
+    x = torch.rand(1, 4, 16, 16, device="cuda")
+    w = torch.rand(16, 4, 3, 3, device="cuda")
+    b = torch.rand(16, device="cuda")
+    meta = Meta(64, 16, 32, 4, 2)
+    out = torch.empty(1, 16, 16, 16, device="cuda")
+    grid = (triton.cdiv(256, meta.BLOCK_M), 1)
+    packed, kwp, j0 = ig.pack_weight(w, 1, 1)
+
+    def bare():
+        ig._conv2d_igemm_kernel[grid](x, packed, b, out, C=4, H=16, W=16, C_OUT=16, OH=16, OW=16, KH=3, KWP=kwp, J0=j0,
+                                      SH=1, SW=1, PH=1, DH=1, DW=1, VEC=1, HAS_BIAS=True, PRECISION="tf32",
+                                      BLOCK_M=64, BLOCK_N=16, BLOCK_K=32, num_warps=4, num_stages=2)
+
+    def launcher():
+        ig.launch(x, w, b, 1, 1, 1, meta, "tf32", out=out)
+
+    def library():
+        convtune.conv2d(x, w, b, stride=1, padding=1)
+
+    torch.testing.assert_close(convtune.conv2d(x, w, b, 1, 1), torch.nn.functional.conv2d(x, w, b, 1, 1),
+                               rtol=2e-3, atol=2e-3)
+    rows = [(name, per_call_us(fn)) for name, fn in (("bare kernel launch", bare), ("implicit_gemm.launch", launcher),
+                                                     ("convtune.conv2d", library))]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
+          f"min over 5 repeats of {N_CALLS} calls")
+    for name, us in rows:
+        print(f"{name:22s} {us:7.2f} us/call   (+{us - rows[0][1]:.2f} us over the bare launch)")
+
+
+if __name__ == "__main__":
+    main()

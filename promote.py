@@ -1,0 +1,33 @@
+"""Pin the true winner into the library's pins file, or keep the current pin and say why.
+
+    python promote.py problem=kernelbench_l1_50         # contest: top-k logged runs vs the current pin
+    python promote.py promote.min_gain=0.05 promote.top_k=5
+    python promote.py export=kernelbench                # the pinned kernel in the brief's output format
+"""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from convtune.config import register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    if cfg.export:
+        from convtune.export import run_export
+
+        status = run_export(cfg)
+    else:
+        from convtune.promote import run_promote
+
+        status = run_promote(cfg)
+    if status:
+        sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

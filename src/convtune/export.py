@@ -1,0 +1,90 @@
+"""`python promote.py export=kernelbench`: the pinned kernel as one self-contained file in the brief's format:
+imports → @triton.jit kernel → wrappers (grid and launch, the pinned configuration baked in) →
+`class ModelNew(nn.Module)` with the problem Model's constructor. Nothing else: no tests, no __main__.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from convtune import runtime
+from convtune.problem import ConvProblem
+
+IMPORTS = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
+
+
+def render_kernelbench(p: ConvProblem, meta: "object", precision: str, provenance: str) -> str:
+    from convtune.kernels import implicit_gemm as ig
+
+    kernel_src = inspect.getsource(ig._conv2d_igemm_kernel.fn)
+    helpers = inspect.getsource(ig.choose_vec) + "\n\n" + inspect.getsource(ig.pack_weight)
+    m = meta.as_dict()  # type: ignore[attr-defined]
+    wrapper = f'''
+# Pinned configuration ({provenance}); no autotuning.
+BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = {m["BLOCK_M"]}, {m["BLOCK_N"]}, {m["BLOCK_K"]}, {m["num_warps"]}, {m["num_stages"]}
+PRECISION = "{precision}"
+STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dilation)}
+
+
+def conv2d_triton(x, weight, bias):
+    n, c, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
+    ow = (w + 2 * PADDING[1] - DILATION[1] * (kw - 1) - 1) // STRIDE[1] + 1
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    vec = choose_vec(x, w, STRIDE[1], DILATION[1])
+    packed, kwp, j0 = pack_weight(weight, PADDING[1], vec)
+    grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
+    _conv2d_igemm_kernel[grid](
+        x, packed, bias if bias is not None else x, out,
+        C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
+        PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return out
+
+
+class ModelNew(nn.Module):
+    def __init__(self, num_classes=1000):
+        super(ModelNew, self).__init__()
+        self.conv1 = nn.Conv2d(in_channels={p.in_channels}, out_channels={p.out_channels}, kernel_size=({p.kernel_h}, {p.kernel_w}),
+                               stride={tuple(p.stride)}, padding={tuple(p.padding)}, dilation={tuple(p.dilation)}, bias={p.bias})
+
+    def forward(self, x):
+        if not x.is_cuda:
+            return self.conv1(x)
+        return conv2d_triton(x.contiguous(), self.conv1.weight, self.conv1.bias)
+'''
+    return IMPORTS + "\n\n" + kernel_src + "\n\n" + helpers + "\n" + wrapper
+
+
+def run_export(cfg: DictConfig) -> int:
+    if cfg.export != "kernelbench":
+        print(f"error: export={cfg.export!r} is not allowed: 'kernelbench'")
+        return 1
+    hc = HydraConfig.get()
+    base = Path(hc.runtime.cwd)
+    target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+    runtime.activate(target.device)
+    from convtune.kernels import get_variant, pins
+    from convtune.promote import pins_path
+
+    if cfg.kernel.name != "implicit_gemm":
+        print(f"error: kernel={cfg.kernel.name!r} is not exportable: 'implicit_gemm'")
+        return 1
+    p = ConvProblem.from_mapping(target.problem)
+    precision = cfg.precision.value if hasattr(cfg.precision, "value") else cfg.precision
+    gpu = cfg.promote.device_name or runtime.device_tags(target.device)["device"]
+    variant = get_variant("implicit_gemm")
+    meta, source = pins.lookup(pins.load(pins_path(cfg, base)), gpu, variant.name, pins.pin_key(p.key(), precision),
+                               lambda: variant.default_meta(p.out_channels, p.stride[1], p.width))
+    out = Path(cfg.export_path) if cfg.export_path else base / "exports" / f"{p.name}.py"
+    out = out if out.is_absolute() else base / out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_kernelbench(p, meta, precision, f"{source}; {meta.short()}"))
+    print(f"wrote {out}: {p.name}, {meta.label()} ({source}), precision {precision}")
+    return 0

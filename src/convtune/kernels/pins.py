@@ -1,0 +1,113 @@
+"""Pinned launch configurations: data in the package (pins.yaml), read by the library, written by promote.
+
+Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") →
+{meta: {BLOCK_M, ...}, provenance: {...}}. Writes take a file lock, re-read the file under it, change one
+entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
+and two promotes at once both land. A file that does not parse is refused and never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+from filelock import FileLock
+
+from convtune.kernels.common import Meta
+
+PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
+ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location
+HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only with care.\n"
+          "# pins -> GPU name -> kernel variant -> problem key/precision -> {meta, provenance}\n")
+
+
+class PinsError(ValueError):
+    """The pins file is unreadable or malformed; the message names the file and what is wrong."""
+
+
+def default_path() -> Path:
+    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else PACKAGE_PINS
+
+
+def pin_key(problem_key: str, precision: str) -> str:
+    return f"{problem_key}/{precision}"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The whole file as {"pins": {...}}; an absent file is empty. Raises PinsError on anything malformed."""
+    if not path.exists():
+        return {"pins": {}}
+    try:
+        data = yaml.safe_load(path.read_text()) or {"pins": {}}
+    except yaml.YAMLError as e:
+        raise PinsError(f"pins file {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("pins", {}), dict):
+        raise PinsError(f"pins file {path}: top level must be a mapping with a 'pins' mapping")
+    for gpu, kernels in (data.get("pins") or {}).items():
+        for kernel, entries in (kernels or {}).items():
+            for key, entry in (entries or {}).items():
+                try:
+                    Meta(**entry["meta"])
+                except (TypeError, KeyError) as e:
+                    raise PinsError(f"pins file {path}: entry {gpu} / {kernel} / {key} has no valid 'meta' "
+                                    f"(needs exactly {', '.join(Meta.keys())}): {e}") from None
+    data.setdefault("pins", {})
+    return data
+
+
+def entries(data: dict[str, Any], gpu: str, kernel: str) -> dict[str, Any]:
+    return ((data.get("pins") or {}).get(gpu) or {}).get(kernel) or {}
+
+
+def write_pin(path: Path, gpu: str, kernel: str, key: str, meta: Meta, provenance: dict[str, Any]) -> tuple[str, str]:
+    """Set one pin, leaving every other entry untouched. Returns the file's text before and after."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=60):
+        before = path.read_text() if path.exists() else ""
+        data = load(path)  # refuses a broken file before anything is written
+        data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {"meta": meta.as_dict(), "provenance": provenance}
+        after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(after)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return before, after
+
+
+def _geometry(key: str) -> tuple[str, int]:
+    """Split a pin key into (everything but batch/height/width, batch·height·width) for the fallback."""
+    shape, _, precision = key.rpartition("/")
+    parts = shape.split("-")
+    size = 1
+    rest = []
+    for p in parts:
+        if p[:1] in "nhw" and p[1:].isdigit():
+            size *= int(p[1:])
+        else:
+            rest.append(p)
+    return "-".join(rest) + "/" + precision, size
+
+
+def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
+           default: Callable[[], Meta]) -> tuple[Meta, str]:
+    """The pinned Meta for this exact key; else the nearest pinned shape with the same kernel geometry
+    (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in batch·H·W);
+    else the kernel's default. Returns (meta, where it came from)."""
+    pinned = entries(data, gpu, kernel)
+    if key in pinned:
+        return Meta(**pinned[key]["meta"]), f"pin {gpu} / {kernel} / {key}"
+    geometry, size = _geometry(key)
+    near = [(abs(s - size), k) for k in pinned for g, s in [_geometry(k)] if g == geometry]
+    if near:
+        k = min(near)[1]
+        return Meta(**pinned[k]["meta"]), f"nearest pin {gpu} / {kernel} / {k}"
+    return default(), f"{kernel} default (no pin for {gpu})"

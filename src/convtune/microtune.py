@@ -1,0 +1,62 @@
+"""The brief's micro-tuning stage as a sweep: the current pin (or default) and its neighbours only.
+
+num_stages ±1 within {2, 3, 4}; num_warps changed only where the compiled pin's occupancy suggests it
+(convtune.occupancy.warps_to_try); blocks, and so the grid, unchanged. 2–4 configurations, the pin first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from convtune import runtime
+from convtune.problem import ConvProblem
+
+STAGES = (2, 3, 4)
+
+
+def compiled_occupancy(problem: ConvProblem, meta: Any, precision: str, variant: Any) -> Any:
+    """Compile and launch the pin once on this GPU to read its registers and shared memory."""
+    import torch
+
+    from convtune.measure import make_inputs
+    from convtune.occupancy import SmLimits, occupancy
+
+    x, w, b = make_inputs(problem, 0, torch.device("cuda"))
+    launched = variant.launch(x, w, b, problem.stride, problem.padding, problem.dilation, meta, precision)
+    props = torch.cuda.get_device_properties(0)
+    sm = SmLimits(regs_per_sm=props.regs_per_multiprocessor, max_warps_per_sm=props.max_threads_per_multi_processor // 32,
+                  smem_per_sm=props.shared_memory_per_multiprocessor)
+    return occupancy(launched.n_regs, launched.shared_bytes, meta.num_warps, sm), launched
+
+
+def neighbour_configs(config: DictConfig) -> list[dict[str, int]]:
+    hc = config.hydra
+    target = runtime.choose_target(config, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+    runtime.activate(target.device)
+    from convtune.kernels import get_variant, pins
+    from convtune.occupancy import warps_to_try
+    from convtune.promote import pins_path
+
+    problem = ConvProblem.from_mapping(target.problem)
+    variant = get_variant(config.kernel.name)
+    precision = config.precision.value if hasattr(config.precision, "value") else config.precision
+    gpu = runtime.device_tags(target.device)["device"]
+    meta, source = pins.lookup(pins.load(pins_path(config, Path(hc.runtime.cwd))), gpu, variant.name,
+                               pins.pin_key(problem.key(), precision),
+                               lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width))
+    configs = [meta] + [replace(meta, num_stages=s) for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES]
+    if target.device == runtime.INTERPRETER:
+        why = "num_warps kept: the interpreter compiles nothing, so there is no occupancy to read"
+    else:
+        occ, launched = compiled_occupancy(problem, meta, precision, variant)
+        more = warps_to_try(meta.num_warps, occ)
+        configs += [replace(meta, num_warps=w) for w in more]
+        why = (f"{launched.n_regs} registers/thread, {launched.shared_bytes} B shared/block → {occ.blocks_per_sm} "
+               f"block(s), {occ.warps_per_sm} warps/SM ({occ.fraction:.0%}, limited by {occ.limiter}) → "
+               + (f"num_warps {more}" if more else "num_warps kept"))
+    print(f"micro-tune {problem.name} around {meta.short()} ({source}): {len(configs)} configs; {why}", flush=True)
+    return [m.as_dict() for m in configs]

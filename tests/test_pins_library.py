@@ -1,0 +1,128 @@
+"""The pins file (atomic, locked, stable, refuses corruption), lookups, convtune.conv2d and convtune.nn.Conv2d."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+import convtune
+from convtune import functional
+from convtune.kernels import Meta, pins
+from convtune.occupancy import HOPPER, occupancy, warps_to_try
+from tests.conftest import ROOT
+
+KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"
+
+
+def test_write_read_keeps_other_entries_and_stable_order(tmp_path):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "GPU B", "implicit_gemm", "k2", Meta(64, 64, 32, 4, 3), {"run_id": "r2"})
+    first = f.read_text()
+    before, after = pins.write_pin(f, "GPU A", "implicit_gemm", "k1", Meta(32, 64, 32, 4, 2), {"run_id": "r1"})
+    assert before == first and after == f.read_text()
+    data = pins.load(f)
+    assert data["pins"]["GPU B"]["implicit_gemm"]["k2"]["meta"]["BLOCK_M"] == 64  # untouched
+    assert after.index("GPU A") < after.index("GPU B")  # sorted, so a diff shows one change
+    # rewriting the same entry with the same content leaves the text identical
+    assert pins.write_pin(f, "GPU A", "implicit_gemm", "k1", Meta(32, 64, 32, 4, 2), {"run_id": "r1"})[1] == after
+
+
+@pytest.mark.parametrize("text,words", [("pins: [1, 2\n", "not valid YAML"), ("- a\n- b\n", "top level"),
+                                         ("pins:\n  G:\n    k:\n      key: {meta: {BLOCK_M: 1}}\n", "no valid 'meta'")])
+def test_a_broken_pins_file_is_refused_and_never_overwritten(tmp_path, text, words):
+    f = tmp_path / "pins.yaml"
+    f.write_text(text)
+    with pytest.raises(pins.PinsError, match=words) as e:
+        pins.write_pin(f, "G", "k", "key", Meta(32, 32, 32, 4, 2), {})
+    assert str(f) in str(e.value) and f.read_text() == text
+
+
+def test_a_crash_mid_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "G", "k", "a", Meta(32, 32, 32, 4, 2), {})
+    old = f.read_text()
+
+    def crash(*args):
+        raise OSError("disk full (simulated)")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated"):
+        pins.write_pin(f, "G", "k", "b", Meta(64, 64, 32, 4, 2), {})
+    assert f.read_text() == old
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_two_concurrent_promotes_both_land(tmp_path):
+    f = tmp_path / "pins.yaml"
+    code = ("import sys; from convtune.kernels.pins import write_pin; from convtune.kernels.common import Meta\n"
+            "for i in range(15): write_pin(__import__('pathlib').Path(sys.argv[1]), 'G', 'k', f'{sys.argv[2]}{i}', "
+            "Meta(32, 32, 32, 4, 2), {'i': i})\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(f), tag]) for tag in ("a", "b")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    got = set(pins.load(f)["pins"]["G"]["k"])
+    assert got == {f"{t}{i}" for t in "ab" for i in range(15)}
+
+
+def test_lookup_exact_then_nearest_same_geometry_then_default():
+    data = {"pins": {"G": {"implicit_gemm": {
+        "n64-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32": {"meta": Meta(64, 128, 16, 4, 3).as_dict()},
+        "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32": {"meta": Meta(256, 128, 16, 8, 4).as_dict()},
+    }}}}
+    default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
+    exact, src = pins.lookup(data, "G", "implicit_gemm", "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32", default)
+    assert exact == Meta(256, 128, 16, 8, 4) and src.startswith("pin")
+    near, src = pins.lookup(data, "G", "implicit_gemm", "n200-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32", default)
+    assert near == Meta(256, 128, 16, 8, 4) and src.startswith("nearest pin")  # 200 is nearer 256 than 64
+    other, src = pins.lookup(data, "G", "implicit_gemm", "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/ieee", default)
+    assert other == Meta(16, 16, 16, 4, 1) and "default" in src  # another precision is another geometry
+    assert pins.lookup(data, "H", "implicit_gemm", "x/tf32", default)[0] == Meta(16, 16, 16, 4, 1)
+
+
+def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        y = convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1))
+    assert "M16-N32-K16-w2-s2 from pin interpreter" in caplog.text
+    torch.testing.assert_close(y, F.conv2d(x, w, b, (2, 1), (2, 1)), rtol=1e-4, atol=1e-4)
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        convtune.conv2d(x[:1], w, b, stride=(2, 1), padding=(2, 1))  # batch 1: nearest pinned shape
+        convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))  # no bias: another geometry → default
+    assert "from nearest pin interpreter" in caplog.text and "implicit_gemm default" in caplog.text
+    functional.forget_choices()
+
+
+def test_conv2d_refuses_what_it_does_not_support():
+    with pytest.raises(ValueError, match="padding='same'"):
+        convtune.conv2d(torch.rand(1, 3, 8, 8), torch.rand(4, 3, 3, 3), padding="same")
+
+
+def test_nn_conv2d_is_a_drop_in():
+    ref = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+    ours = convtune.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+    ours.load_state_dict(ref.state_dict())
+    assert ours.state_dict().keys() == ref.state_dict().keys()
+    x = torch.rand(2, 3, 9, 9)
+    torch.testing.assert_close(ours(x), ref(x))  # CPU tensors: torch's own convolution
+
+
+def test_occupancy_arithmetic_on_known_figures():
+    # L1 #50's M128-N128-K16-w4-s3 on an H200: 237 registers, 49152 B shared memory (probe, 2026-11-22)
+    occ = occupancy(237, 49152, 4, HOPPER)
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.limiter) == (2, 8, "registers")
+    assert warps_to_try(4, occ) == [8]
+    # 64 regs × 32 lanes × 4 warps = 8192 per block → 8 blocks = 32 warps (50 %): halve num_warps
+    small = occupancy(64, 16384, 4, HOPPER)
+    assert (small.blocks_per_sm, small.warps_per_sm, small.limiter) == (8, 32, "registers") and warps_to_try(4, small) == [2]
+    # 65536 + 1024 B per block → 233472 // 66560 = 3 blocks: shared memory limits, num_warps is left alone
+    smem = occupancy(32, 65536, 4, HOPPER)
+    assert (smem.blocks_per_sm, smem.limiter) == (3, "shared_memory") and warps_to_try(4, smem) == []
+    assert occupancy(16, 0, 32, HOPPER).limiter == "warps"  # 4 blocks fit by registers, 2 by warps
