@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU evidence quoted in README and the issues' closing notes. Run on the GPU machine from the project
-# root with the wheels installed:  bash benchmarks/evidence.sh core|suite   (files go to $OUT)
+# root with the wheels installed:  bash benchmarks/evidence.sh core|suite|final   (files go to $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/evidence-out}; mkdir -p "$OUT"
 S=/tmp/evidence; rm -rf $S; mkdir -p $S
@@ -13,7 +13,17 @@ step "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.s
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 step "python -m convtune.calibrate"; python3 -m convtune.calibrate
 
-if [ "$1" = core ]; then
+if [ "$1" = final ]; then
+  step "pytest tests/test_gpu.py"; python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -3
+  step "precisions: python run.py -m problem=kernelbench_l1_50 precision=tf32,tf32x3,ieee"
+  python3 run.py -m problem=kernelbench_l1_50 precision=tf32,tf32x3,ieee $C 2>&1 | quiet
+  step "tf32x3 sweep: python run.py -m precision=tf32x3 BLOCK_M=128 BLOCK_N=128 BLOCK_K=16,32 num_warps=4,8 num_stages=3,4"
+  python3 run.py -m precision=tf32x3 BLOCK_M=128 BLOCK_N=128 BLOCK_K=16,32 num_warps=4,8 num_stages=3,4 $C 2>&1 | quiet
+  step "promote tf32x3: python promote.py precision=tf32x3"; python3 promote.py precision=tf32x3 $C 2>&1 | quiet
+  step "vs cuDNN: python run.py +experiment=vs_cudnn"; python3 run.py +experiment=vs_cudnn $C 2>&1 | quiet
+  step "library overhead: python benchmarks/overhead.py"; python3 benchmarks/overhead.py
+  cp $S/pins.yaml "$OUT"/ 2>/dev/null
+elif [ "$1" = core ]; then
   step "pytest tests/test_gpu.py"; python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -3
   step "sweep: python run.py -m problem=kernelbench_l1_50 BLOCK_M=128,256 BLOCK_N=128 BLOCK_K=16,32 num_warps=4,8 num_stages=3,4"
   python3 run.py -m problem=kernelbench_l1_50 BLOCK_M=128,256 BLOCK_N=128 BLOCK_K=16,32 num_warps=4,8 num_stages=3,4 $C 2>&1 | quiet
@@ -31,8 +41,13 @@ with torch.no_grad():
 print("exported ModelNew vs float64 conv: rel err", ((y.double() - r).norm() / r.norm()).item())
 PY
   step "library overhead: python benchmarks/overhead.py"; python3 benchmarks/overhead.py
-  cp $S/pins.yaml $S/model_new.py "$OUT"/
+  cp $S/model_new.py "$OUT"/; cp $S/pins.yaml "$OUT"/ 2>/dev/null
 else
+  step "seed kernel: python run.py +experiment=seed_configs"; python3 run.py +experiment=seed_configs $C 2>&1 | quiet
+  step "promote the seed kernel: python promote.py kernel=seed"; python3 promote.py kernel=seed problem=kernelbench_l1_50 $C 2>&1 | quiet
+  step "micro-tune the seed kernel: python run.py +experiment=microtune kernel=seed"
+  python3 run.py +experiment=microtune kernel=seed problem=kernelbench_l1_50 $C 2>&1 | quiet
+  step "library overhead: python benchmarks/overhead.py"; python3 benchmarks/overhead.py
   step "vs cuDNN: python run.py +experiment=vs_cudnn"; python3 run.py +experiment=vs_cudnn $C 2>&1 | quiet
   step "fp32 accuracy: python run.py -m problem=kernelbench_l1_50 precision=tf32x3,ieee"
   python3 run.py -m problem=kernelbench_l1_50 precision=tf32x3,ieee $C 2>&1 | quiet
@@ -46,7 +61,9 @@ else
     --metrics $(python3 -c "from convtune.ncu import COUNTERS; print(','.join(COUNTERS))") python3 -m convtune.profile_one \
     '{"problem": {"name": "tiny", "batch": 2, "in_channels": 3, "height": 19, "width": 17, "out_channels": 20, "kernel_h": 5, "kernel_w": 5, "stride": [2, 1], "padding": [2, 1]}, "kernel": "implicit_gemm", "meta": {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2}, "precision": "tf32"}' \
     > "$OUT"/ncu_capture.csv 2>&1; tail -3 "$OUT"/ncu_capture.csv
-  find $S -name "roofline.png" -newer $S/mlflow.db -o -name "roofline.png" | tail -1 | xargs -I{} cp {} "$OUT"/roofline.png
-  find $S -name "latency.png" | tail -1 | xargs -I{} cp {} "$OUT"/latency.png
+  for png in roofline.png latency.png; do  # the newest: the last sweep's (implicit_gemm under NCU)
+    cp "$(find $S -name $png -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)" "$OUT/$png"
+  done
+  cp $S/pins.yaml "$OUT"/ 2>/dev/null
 fi
 cp $S/mlflow.db "$OUT"/mlflow.db

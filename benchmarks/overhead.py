@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import convtune  # noqa: E402
 from convtune.kernels import implicit_gemm as ig  # noqa: E402
-from convtune.kernels.common import Meta  # noqa: E402
+from convtune.kernels.common import Meta, prepare  # noqa: E402
 
 N_CALLS = 3000
 
@@ -42,13 +42,15 @@ def main() -> None:
     b = torch.rand(16, device="cuda")
     meta = Meta(64, 16, 32, 4, 2)
     out = torch.empty(1, 16, 16, 16, device="cuda")
-    grid = (triton.cdiv(256, meta.BLOCK_M), 1)
-    packed, kwp, j0 = ig.pack_weight(w, 1, 1)
+    g, _ = prepare(x, w, b, 1, 1, 1, out, 1)
+    plan = ig.make_plan(g, True, 1, meta, "tf32")
 
-    def bare():
-        ig._conv2d_igemm_kernel[grid](x, packed, b, out, C=4, H=16, W=16, C_OUT=16, OH=16, OW=16, KH=3, KWP=kwp, J0=j0,
-                                      SH=1, SW=1, PH=1, DH=1, DW=1, VEC=1, HAS_BIAS=True, PRECISION="tf32",
-                                      BLOCK_M=64, BLOCK_N=16, BLOCK_K=32, num_warps=4, num_stages=2)
+    def bare():  # the kernel call alone, every argument prepared in advance
+        ig._conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs)
+
+    def bare_alloc():  # what any conv2d call must do at least: allocate its output, then launch
+        o = torch.empty(plan.out_shape, device="cuda")
+        ig._conv2d_igemm_kernel[plan.grid](x, w, b, o, **plan.constexprs)
 
     def launcher():
         ig.launch(x, w, b, 1, 1, 1, meta, "tf32", out=out)
@@ -58,8 +60,10 @@ def main() -> None:
 
     torch.testing.assert_close(convtune.conv2d(x, w, b, 1, 1), torch.nn.functional.conv2d(x, w, b, 1, 1),
                                rtol=2e-3, atol=2e-3)
-    rows = [(name, per_call_us(fn)) for name, fn in (("bare kernel launch", bare), ("implicit_gemm.launch", launcher),
-                                                     ("convtune.conv2d", library))]
+    rows = [(name, per_call_us(fn)) for name, fn in (
+        ("bare kernel launch", bare), ("bare launch + torch.empty", bare_alloc),
+        ("implicit_gemm.launch", launcher), ("convtune.conv2d", library),
+        ("torch F.conv2d (cuDNN)", lambda: torch.nn.functional.conv2d(x, w, b, 1, 1)))]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
           f"min over 5 repeats of {N_CALLS} calls")
     for name, us in rows:

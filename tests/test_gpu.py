@@ -50,7 +50,7 @@ def test_compiled_kernels_on_random_shapes():
         "    for prec in TOLERANCE:\n"
         "      ref = F.conv2d(x.double(), wt.double(), None if b is None else b.double(), (sh,sw), (ph,pw))\n"
         "      out = torch.full(ref.shape, float('nan'), device='cuda')\n"
-        "      v.launch(x, wt, b, (sh,sw), (ph,pw), 1, v.default_meta(k, sw, w), prec, out=out)\n"
+        "      v.launch(x, wt, b, (sh,sw), (ph,pw), 1, v.default_meta(k, sw, w, prec), prec, out=out)\n"
         "      assert not out.isnan().any(), (i, name, prec)\n"
         "      rel = ((out.double()-ref).norm()/ref.norm()).item()\n"
         "      assert rel <= TOLERANCE[prec], (i, name, prec, rel)\n"

@@ -81,4 +81,6 @@ def test_default_configuration_per_problem_class():
     assert ig.default_meta(96, 4, 224) == Meta(256, 128, 16, 8, 4)  # L1 #50: the VEC=4 gather path
     assert ig.default_meta(64, 2, 224) == Meta(128, 64, 32, 4, 3)  # ResNet-50 stem class
     assert ig.default_meta(384, 1, 13) == Meta(64, 128, 32, 4, 3)
+    assert ig.default_meta(96, 4, 224, "tf32x3") == Meta(128, 128, 32, 8, 3)  # 256-row tiles spill under tf32x3
     assert get_variant("seed").default_meta(96, 4, 224) == Meta(32, 64, 32, 4, 2)  # the brief's NCU config
+

@@ -100,6 +100,17 @@ def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
     functional.forget_choices()
 
 
+def test_an_in_place_weight_update_is_seen_by_the_next_call():
+    functional.forget_choices()
+    x, w = torch.rand(1, 3, 12, 16), torch.rand(8, 3, 3, 5)  # stride 2 on an even width: a packed weight
+    first = convtune.conv2d(x, w, None, stride=2, padding=1)
+    torch.testing.assert_close(first, F.conv2d(x, w, None, 2, 1), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        w.mul_(-2.0)  # bumps w._version: the cached packed copy must not be reused
+    torch.testing.assert_close(convtune.conv2d(x, w, None, stride=2, padding=1), -2 * first, rtol=1e-4, atol=1e-4)
+    functional.forget_choices()
+
+
 def test_conv2d_refuses_what_it_does_not_support():
     with pytest.raises(ValueError, match="padding='same'"):
         convtune.conv2d(torch.rand(1, 3, 8, 8), torch.rand(4, 3, 3, 3), padding="same")

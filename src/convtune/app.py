@@ -88,7 +88,7 @@ class _Job:
         p = self.problem
         return pins.lookup(pins.load(pins_path(cfg, Path(HydraConfig.get().runtime.cwd))), self.tags["device"],
                            self.variant.name, pins.pin_key(p.key(), self.precision),
-                           lambda: self.variant.default_meta(p.out_channels, p.stride[1], p.width))
+                           lambda: self.variant.default_meta(p.out_channels, p.stride[1], p.width, self.precision))
 
     def run_name(self) -> str:
         return self.meta.short() if self.meta is not None else "-".join(str(self.params[k]) for k in META_KEYS)

@@ -21,7 +21,7 @@ def render_kernelbench(p: ConvProblem, meta: "object", precision: str, provenanc
     from convtune.kernels import implicit_gemm as ig
 
     kernel_src = inspect.getsource(ig._conv2d_igemm_kernel.fn)
-    helpers = inspect.getsource(ig.choose_vec) + "\n\n" + inspect.getsource(ig.pack_weight)
+    helpers = "\n\n".join(inspect.getsource(f) for f in (ig.choose_vec, ig.row_window, ig.pack_weight))
     m = meta.as_dict()  # type: ignore[attr-defined]
     wrapper = f'''
 # Pinned configuration ({provenance}); no autotuning.
@@ -36,7 +36,7 @@ def conv2d_triton(x, weight, bias):
     oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
     ow = (w + 2 * PADDING[1] - DILATION[1] * (kw - 1) - 1) // STRIDE[1] + 1
     out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
-    vec = choose_vec(x, w, STRIDE[1], DILATION[1])
+    vec = choose_vec(x, w, STRIDE[1], DILATION[1], PRECISION)
     packed, kwp, j0 = pack_weight(weight, PADDING[1], vec)
     grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
     _conv2d_igemm_kernel[grid](
@@ -81,7 +81,7 @@ def run_export(cfg: DictConfig) -> int:
     gpu = cfg.promote.device_name or runtime.device_tags(target.device)["device"]
     variant = get_variant("implicit_gemm")
     meta, source = pins.lookup(pins.load(pins_path(cfg, base)), gpu, variant.name, pins.pin_key(p.key(), precision),
-                               lambda: variant.default_meta(p.out_channels, p.stride[1], p.width))
+                               lambda: variant.default_meta(p.out_channels, p.stride[1], p.width, precision))
     out = Path(cfg.export_path) if cfg.export_path else base / "exports" / f"{p.name}.py"
     out = out if out.is_absolute() else base / out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,9 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     if spec is not None:
         metrics["floor_ms"], tags["floor_source"] = floor_ms(p, spec, precision)
         metrics.update(peak_tflops=spec.peak_tflops(precision), peak_gbps=spec.dram_gbps)
+        if spec.measured_tf32_tflops and spec.measured_copy_gbps and precision != "ieee":
+            metrics.update(measured_peak_tflops=spec.measured_tf32_tflops / (3 if precision == "tf32x3" else 1),
+                           measured_peak_gbps=spec.measured_copy_gbps)
         metrics["pct_of_floor"] = 100.0 * metrics["floor_ms"] / timing.median_ms
     if on_gpu and with_cudnn:
         base = cudnn_baseline(p, x, w, b, precision, s)

@@ -47,7 +47,7 @@ def neighbour_configs(config: DictConfig) -> list[dict[str, int]]:
     gpu = runtime.device_tags(target.device)["device"]
     meta, source = pins.lookup(pins.load(pins_path(config, Path(hc.runtime.cwd))), gpu, variant.name,
                                pins.pin_key(problem.key(), precision),
-                               lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width))
+                               lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision))
     configs = [meta] + [replace(meta, num_stages=s) for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES]
     if target.device == runtime.INTERPRETER:
         why = "num_warps kept: the interpreter compiles nothing, so there is no occupancy to read"

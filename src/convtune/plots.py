@@ -32,12 +32,14 @@ def roofline(runs: list[dict[str, Any]], title: str) -> Optional[Figure]:
         ax.scatter(ai, m["tflops"], s=28, zorder=3)
         ax.annotate(config_label(r["params"]).replace("BLOCK_", "").replace("num_", ""), (ai, m["tflops"]),
                     fontsize=6, xytext=(3, 3), textcoords="offset points")
-    if "peak_tflops" in m0 and "peak_gbps" in m0:
-        peak, bw = m0["peak_tflops"], m0["peak_gbps"]
-        knee = peak * 1e3 / bw  # FLOP/byte where the roofs meet
-        xs = [knee / 100, knee, knee * 100]
-        ax.plot(xs, [min(peak, x * bw / 1e3) for x in xs], "k-", lw=1.5,
-                label=f"roof: {peak:.0f} TFLOP/s, {bw:.0f} GB/s")
+    for prefix, style in (("", "k-"), ("measured_", "b--")):
+        peak, bw = m0.get(f"{prefix}peak_tflops"), m0.get(f"{prefix}peak_gbps")
+        if peak and bw:
+            knee = peak * 1e3 / bw  # FLOP/byte where the roofs meet
+            xs = [knee / 100, knee, knee * 100]
+            ax.plot(xs, [min(peak, x * bw / 1e3) for x in xs], style, lw=1.5,
+                    label=f"{prefix.rstrip('_') or 'datasheet'} roof: {peak:.0f} TFLOP/s, {bw:.0f} GB/s")
+    if ax.get_lines():
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")

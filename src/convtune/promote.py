@@ -61,8 +61,8 @@ def run_promote(cfg: DictConfig) -> int:
     key = pins.pin_key(problem.key(), precision)
     path = pins_path(cfg, base)
     current = pins.entries(pins.load(path), gpu, variant.name).get(key)
-    pin_meta = Meta(**current["meta"]) if current else variant.default_meta(problem.out_channels, problem.stride[1],
-                                                                            problem.width)
+    pin_meta = Meta(**current["meta"]) if current else variant.default_meta(
+        problem.out_channels, problem.stride[1], problem.width, precision)
     tracker = Tracker(resolve_uri(cfg.tracking.uri, base))
 
     runs = candidate_runs(tracker, gpu, variant.name, problem.key(), precision)

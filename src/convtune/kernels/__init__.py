@@ -20,7 +20,7 @@ class KernelVariant:
 
     name: str
     launch: Callable[..., Launched]
-    default_meta: Callable[[int, int, int], Meta]  # (out_channels, stride_w, width) → the class default
+    default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
     source_hash: str
     description: str
 

@@ -15,13 +15,15 @@ K = C_in·KH·KW), arranged for speed. See docs/PERFORMANCE.md for what each cho
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
 
 import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import Launched, Meta, prepare, source_hash
+from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
 
 IntPair = Union[int, Sequence[int]]
 
@@ -40,6 +42,7 @@ def _conv2d_igemm_kernel(
     # of VEC consecutive k then reads VEC consecutive, VEC-aligned input elements under one mask value.
     OHW: tl.constexpr = OH * OW
     K_TOTAL: tl.constexpr = C * KH * KWP
+
     TILES_PER_IMG: tl.constexpr = (OHW + BLOCK_M - 1) // BLOCK_M
 
     pid = tl.program_id(0)
@@ -76,25 +79,83 @@ def _conv2d_igemm_kernel(
     tl.store(y_img + offs_n[None, :] * OHW + pos[:, None], acc, mask=m_mask[:, None] & n_mask[None, :])
 
 
-def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int) -> int:
-    """The widest input vector (4, 2 or 1 elements) whose alignment the kernel can promise."""
-    for vec in (4, 2):
+def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int, precision: str = "tf32") -> int:
+    """The widest input vector (4, 2 or 1 elements) whose alignment the kernel can promise. tf32x3 stops
+    at 2: its three products make the K padding of VEC=4 (11 → 16 taps on L1 #50) expensive; best configs
+    on an H200, L1 #50 tf32x3: VEC=2 1.61 ms, VEC=4 1.87 ms, VEC=1 3.51 ms."""
+    for vec in ((2,) if precision == "tf32x3" else (4, 2)):
         if dil_w == 1 and stride_w % vec == 0 and width % vec == 0 and x.data_ptr() % (4 * vec) == 0:
             return vec
     return 1
 
 
-def pack_weight(weight: torch.Tensor, pad_w: int, vec: int) -> tuple[torch.Tensor, int, int]:
-    """Pad each kernel row to the aligned column window [J0, J0 + KWP) around -pad_w with zeros.
-    Returns (packed [C_out, C·KH·KWP] weight, KWP, J0). vec == 1 leaves the weight as it is."""
-    kw = weight.shape[3]
+def row_window(kw: int, pad_w: int, vec: int) -> tuple[int, int]:
+    """(KWP, J0): a kernel row of kw taps at column offset -pad_w, widened to start and end on multiples
+    of vec. vec == 1 keeps the row as it is."""
     if vec == 1:
-        return weight, kw, -pad_w
+        return kw, -pad_w
     j0 = -((pad_w + vec - 1) // vec) * vec  # floor(-pad_w / vec) · vec
-    kwp = -(-(kw - pad_w - j0) // vec) * vec  # ceil((kw - pad_w - j0) / vec) · vec
+    return -(-(kw - pad_w - j0) // vec) * vec, j0  # ceil((kw - pad_w - j0) / vec) · vec
+
+
+def pack_weight(weight: torch.Tensor, pad_w: int, vec: int) -> tuple[torch.Tensor, int, int]:
+    """Zero-pad each kernel row to its aligned window (row_window). Returns (packed weight, KWP, J0)."""
+    kw = weight.shape[3]
+    kwp, j0 = row_window(kw, pad_w, vec)
+    if vec == 1:
+        return weight, kwp, j0
     packed = weight.new_zeros(weight.shape[:3] + (kwp,))
     packed[..., -pad_w - j0: -pad_w - j0 + kw] = weight
     return packed, kwp, j0
+
+
+# Packed weights, per weight tensor (by identity, checked through a weak reference) and its version counter,
+# so an in-place update (an optimiser step) repacks and a steady-state call packs nothing.
+_packed: dict[int, tuple[Any, int, int, int, torch.Tensor]] = {}
+
+
+def packed_weight(weight: torch.Tensor, pad_w: int, vec: int) -> torch.Tensor:
+    if vec == 1:
+        return weight
+    hit = _packed.get(id(weight))
+    if hit is not None and hit[0]() is weight and hit[1:4] == (weight._version, pad_w, vec):
+        return hit[4]
+    if len(_packed) > 64:  # drop entries whose weight is gone
+        for k in [k for k, v in _packed.items() if v[0]() is None]:
+            del _packed[k]
+    packed = pack_weight(weight, pad_w, vec)[0]
+    _packed[id(weight)] = (weakref.ref(weight), weight._version, pad_w, vec, packed)
+    return packed
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes, alignment and configuration."""
+
+    grid: tuple[int, int]
+    out_shape: tuple[int, int, int, int]
+    pad_w: int
+    vec: int
+    constexprs: dict
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: str) -> LaunchPlan:
+    kwp, j0 = row_window(g.kw, g.padding[1], vec)
+    tiles_per_img = triton.cdiv(g.oh * g.ow, meta.BLOCK_M)
+    constexprs = dict(
+        C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
+        SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
+        HAS_BIAS=has_bias, PRECISION=precision, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        num_warps=meta.num_warps, num_stages=meta.num_stages)
+    grid = (g.n * tiles_per_img, triton.cdiv(g.c_out, meta.BLOCK_N))
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, constexprs)
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> Any:
+    """Launch a plan on tensors that match it (the caller has checked them). Returns the compiled kernel."""
+    w = packed_weight(weight, plan.pad_w, plan.vec)
+    return _conv2d_igemm_kernel[plan.grid](x, w, bias if bias is not None else x, out, **plan.constexprs)
 
 
 def launch(
@@ -111,31 +172,26 @@ def launch(
     vec: Optional[int] = None,
 ) -> Launched:
     """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use.
-    `vec` forces the input vector width (1, 2, 4); None picks the widest the alignment allows."""
+    `vec` forces the input vector width (1, 2, 4); None picks the widest that alignment and precision allow."""
     g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups)
     if vec is None:
-        vec = choose_vec(x, g.w, g.stride[1], g.dilation[1])
-    packed, kwp, j0 = pack_weight(weight, g.padding[1], vec)
-    grid = (g.n * triton.cdiv(g.oh * g.ow, meta.BLOCK_M), triton.cdiv(g.c_out, meta.BLOCK_N))
-    compiled = _conv2d_igemm_kernel[grid](
-        x, packed, bias if bias is not None else x, out,
-        C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
-        SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
-        HAS_BIAS=bias is not None, PRECISION=precision,
-        BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
-        num_warps=meta.num_warps, num_stages=meta.num_stages,
-    )
-    return Launched.from_compiled(out, compiled)
+        vec = choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
+    plan = make_plan(g, bias is not None, vec, meta, precision)
+    return Launched.from_compiled(out, run(plan, x, weight, bias, out))
 
 
-def default_meta(out_channels: int, stride_w: int, width: int) -> Meta:
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """The default configuration per problem class, from a sweep on an H200 (benchmarks/probe_kernels.py,
     2026-11-22; docs/PERFORMANCE.md). A pin for the exact problem and GPU takes precedence (convtune.pins)."""
     block_n = 64 if out_channels <= 64 else 128  # one tile covers every channel up to 128
+    if precision == "tf32x3" and stride_w % 2 == 0 and width % 2 == 0:
+        # VEC=2 path, three products per multiply: 256-row tiles spill (255 registers, 98-172 spilled,
+        # 2.8-3.0 ms); M128-N128-K32-w8-s3 1.61 ms, M128-K16 1.80 ms.
+        return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=32, num_warps=8, num_stages=3)
     if stride_w % 4 == 0 and width % 4 == 0:
         # The VEC=4 gather path (L1 #50): M256-K16-w8-s4 0.520 ms; M128-w8-s4 0.529; M128-w4-s3 0.565.
         return Meta(BLOCK_M=256, BLOCK_N=block_n, BLOCK_K=16, num_warps=8, num_stages=4)
     # Stride-1/2 layers: BM=64 beat BM=128 by 20-30 % at BN=128 (alexnet_conv3 0.758 vs 0.983 ms);
     # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
     return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
-SOURCE_HASH = source_hash(_conv2d_igemm_kernel, choose_vec, pack_weight, launch)
+SOURCE_HASH = source_hash(_conv2d_igemm_kernel, choose_vec, row_window, pack_weight, make_plan, default_meta, launch)

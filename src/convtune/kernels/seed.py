@@ -95,6 +95,6 @@ def launch(
 DEFAULT_META = Meta(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
 
 
-def default_meta(out_channels: int, stride_w: int, width: int) -> Meta:
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     return DEFAULT_META
 SOURCE_HASH = source_hash(_conv2d_seed_kernel, launch)

@@ -1,0 +1,45 @@
+"""NCU output parsing (a real capture from an H200) and the sweep plots, on the CPU."""
+
+from pathlib import Path
+
+import pytest
+
+from convtune import ncu, plots
+
+CAPTURE = Path(__file__).parent / "data" / "ncu_capture.csv"  # benchmarks/evidence.sh suite, 2026-11-22
+
+
+def test_parse_a_captured_ncu_csv():
+    got = ncu.parse_csv(CAPTURE.read_text())
+    assert set(got) == set(ncu.COUNTERS)
+    assert got["launch__grid_size"] == 6 and got["dram__bytes_read.sum"] == 30976  # "30,976" in the file
+    assert got["lts__t_sector_hit_rate.pct"] == pytest.approx(92.60)
+    assert ncu.metric_name("lts__t_sector_hit_rate.pct") == "ncu.lts__t_sector_hit_rate.pct"
+
+
+def test_parse_ignores_profiler_chatter_and_foreign_metrics():
+    text = ('==PROF== Connected to process 1\n"ID","Metric Name","Metric Unit","Metric Value"\n'
+            '"0","gpu__time_duration.sum","ns","1,000"\n"0","launch__grid_size","","48,400"\n')
+    assert ncu.parse_csv(text) == {"launch__grid_size": 48400.0}
+
+
+def run(cfg, ms, tflops, warps, **metrics):
+    return {"run_id": cfg, "params": {"BLOCK_M": cfg, "num_warps": warps, "problem": "p"},
+            "metrics": {"latency_ms": ms, "latency_p20_ms": ms * 0.99, "latency_p80_ms": ms * 1.01, "tflops": tflops,
+                        "arithmetic_intensity": 119.5, **metrics}, "tags": {"status": "ok"}}
+
+
+def test_plots_draw_every_ok_configuration_and_both_roofs(tmp_path):
+    runs = [run("64", 0.52, 104.0, "8", peak_tflops=494.7, peak_gbps=4800.0, measured_peak_tflops=411.0,
+                measured_peak_gbps=4275.0, ncu_arithmetic_intensity=126.0),
+            run("128", 0.53, 102.0, "4"), {"run_id": "x", "params": {}, "metrics": {}, "tags": {"status": "failed"}}]
+    fig = plots.roofline(runs, "t")
+    ax = fig.axes[0]
+    assert len(ax.collections) == 2  # one point per ok run, none for the failed one
+    assert sorted(line.get_label() for line in ax.get_lines()) == [
+        "datasheet roof: 495 TFLOP/s, 4800 GB/s", "measured roof: 411 TFLOP/s, 4275 GB/s"]
+    lat = plots.latency_by_config(runs, "t")
+    assert len(lat.axes[0].patches) == 2
+    fig.savefig(tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    assert plots.roofline([runs[2]], "t") is None
