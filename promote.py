@@ -17,14 +17,13 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    if cfg.export:
-        from convtune.export import run_export
+    from convtune.export import run_export
+    from convtune.promote import run_promote
 
-        status = run_export(cfg)
-    else:
-        from convtune.promote import run_promote
-
-        status = run_promote(cfg)
+    try:
+        status = run_export(cfg) if cfg.export else run_promote(cfg)
+    except ValueError as e:  # ConfigError, PinsError, UnsupportedProblem: one clear line, no traceback
+        sys.exit(f"error: {e}")
     if status:
         sys.exit(status)
 

@@ -57,3 +57,16 @@ def test_compiled_kernels_on_random_shapes():
         "print('ok')\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_occupancy_tables_match_this_devices_properties():
+    """The built-in per-SM tables (convtune.occupancy) against what the GPU itself reports."""
+    from convtune.measure import sm_limits
+    from convtune.occupancy import ADA, HOPPER
+
+    table = {(9, 0): HOPPER, (8, 9): ADA}.get(torch.cuda.get_device_capability())
+    if table is None:
+        pytest.skip(f"no built-in table for compute capability {torch.cuda.get_device_capability()}")
+    got = sm_limits(torch.device("cuda"))
+    assert (got.regs_per_sm, got.max_warps_per_sm, got.smem_per_sm) == (table.regs_per_sm, table.max_warps_per_sm,
+                                                                       table.smem_per_sm)

@@ -89,6 +89,24 @@ def test_no_gpu_pin_is_written_from_another_machine_unless_remeasure_is_off(tmp_
     assert r.returncode == 0 and "has no measurement" in r.stdout and pins_file.read_text() == before
 
 
+@pytest.mark.parametrize("override,message", [
+    ("promote.top_k=0", "error: promote.top_k=0 is not allowed: an integer >= 1"),
+    ("promote.rounds=1", "error: promote.rounds=1 is not allowed: an integer >= 2 (the bootstrap needs rounds)"),
+    ("promote.confidence=1.5", "error: promote.confidence=1.5 is not allowed: a probability in [0.5, 1)"),
+])
+def test_bad_promote_settings_fail_in_one_line(tmp_path, store, pins_file, override, message):
+    r = promote(tmp_path, store, pins_file, override)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == message and "Traceback" not in r.stderr
+
+
+def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("pins: [1, 2\n")
+    r = promote(tmp_path, store, broken)
+    assert r.returncode == 1 and f"error: pins file {broken}: not valid YAML" in r.stderr
+    assert broken.read_text() == "pins: [1, 2\n"
+
+
 def test_export_writes_a_self_contained_kernelbench_file(tmp_path, store, pins_file):
     out = tmp_path / "model_new.py"
     r = promote(tmp_path, store, pins_file, "export=kernelbench", f"export_path={out}")

@@ -75,6 +75,9 @@ class _L2Flusher:
         self.buf.zero_()
 
 
+_flushers: dict[torch.device, _L2Flusher] = {}
+
+
 def time_gpu(fn: Callable[[], object], s: TimingSettings, device: torch.device) -> Timing:
     _check_settings(s)
     for _ in range(s.warmup):
@@ -82,7 +85,7 @@ def time_gpu(fn: Callable[[], object], s: TimingSettings, device: torch.device) 
     torch.cuda.synchronize(device)
     if s.mode == "graph":
         return _time_graph(fn, s, device)
-    flush = _L2Flusher(device) if s.flush_l2 else None
+    flush = _flushers.setdefault(device, _L2Flusher(device)) if s.flush_l2 else None
     samples: list[float] = []
     medians: list[float] = []
     for _ in range(s.rounds):

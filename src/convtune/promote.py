@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from convtune import runtime
 from convtune.config import TOLERANCE
+from convtune.errors import ConfigError
 from convtune.problem import ConvProblem
 from convtune.summary import META_KEYS
 from convtune.tracking import Tracker, resolve_uri
@@ -42,8 +43,19 @@ def candidate_runs(tracker: Tracker, gpu: str, kernel: str, problem_key: str, pr
                           "attributes.status = 'FINISHED'")
 
 
+def validate(p: DictConfig) -> None:
+    """promote.* values, each checked with a message naming the key, the value and what is allowed."""
+    checks = (("top_k", p.top_k >= 1, "an integer >= 1"), ("rounds", p.rounds >= 2, "an integer >= 2 (the bootstrap needs rounds)"),
+              ("reps", p.reps >= 1, "an integer >= 1"), ("min_gain", p.min_gain >= 0, "a fraction >= 0 (0.02 = 2 %)"),
+              ("confidence", 0.5 <= p.confidence < 1, "a probability in [0.5, 1)"))
+    for key, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(f"promote.{key}", p[key], allowed)
+
+
 def run_promote(cfg: DictConfig) -> int:
     """Returns the process exit status: 0 for a decision (promoted or kept), 1 for a refusal."""
+    validate(cfg.promote)
     hc = cfg.hydra if "hydra" in cfg else HydraConfig.get()  # a callback's config carries its hydra node
     base = Path(hc.runtime.cwd)
     target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
