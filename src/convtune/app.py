@@ -55,6 +55,7 @@ class _Job:
         self.device = "unknown"
         self.variant: Any = None
         self.meta: Any = None
+        self.problem_node = cfg.problem  # replaced by the target's (tiny under the interpreter) once known
         try:
             target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
             self.device, self.problem_node = target.device, target.problem
@@ -75,7 +76,6 @@ class _Job:
             self.tags["kernel_source_hash"] = self.variant.source_hash
         except (ValueError, RuntimeError) as e:  # ConfigError, UnsupportedProblem, a device mismatch
             self.setup_error = e
-            self.problem_node = cfg.problem
         self.params["problem"] = self.problem_node.name
         self.tags["problem"] = self.problem_node.name
 
@@ -105,33 +105,32 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     tracker = Tracker(job.sweep.tracking_uri if job.sweep else resolve_uri(cfg.tracking.uri, Path(HydraConfig.get().runtime.cwd)))
     run_id = tracker.start_run(job.experiment_id(tracker), job.run_name(), job.tags,
                                parent_id=job.sweep.parent_run_id if job.sweep else None)
-    tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     metrics: dict[str, float] = {}
-    try:
-        if job.setup_error is not None:
-            raise job.setup_error
-        status, message, metrics = _measure(job)
+    try:  # everything after the run exists, recording included, so that Ctrl-C anywhere marks it KILLED
+        try:
+            tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            if job.setup_error is not None:
+                raise job.setup_error
+            status, message, metrics = _measure(job)
+            error_type = None if status == "ok" else "IncorrectResult"
+        except Exception as e:  # noqa: BLE001 - every failure of a configuration is recorded, not raised
+            status, error_type = "failed", type(e).__name__
+            message = str(e).strip().splitlines()[0] if str(e).strip() else error_type
+        _record(tracker, run_id, job, metrics, status, error_type, message)
     except KeyboardInterrupt:
         _record(tracker, run_id, job, metrics, "killed", "KeyboardInterrupt", "interrupted (Ctrl-C)")
         if job.sweep is not None:
             print(finalize(job.sweep, "KILLED"), flush=True)
         raise
-    except Exception as e:  # noqa: BLE001 - every failure of a configuration is recorded, not raised
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        _record(tracker, run_id, job, metrics, "failed", type(e).__name__, message)
-        log.info(f"[{job.number}/{job.total or '?'}] {job.label} → failed: {type(e).__name__}: {message}")
-        if not job.multirun:
-            sys.exit(f"error: {message}")
-        return None
-    _record(tracker, run_id, job, metrics, status, None if status == "ok" else "IncorrectResult", message)
-    if status != "ok":
-        log.info(f"[{job.number}/{job.total or '?'}] {job.label} → incorrect: {message}")
-        if not job.multirun:
-            sys.exit(f"error: incorrect result: {message}")
-        return None
-    log.info(f"[{job.number}/{job.total or '?'}] {job.label} → {metrics['latency_ms']:.3f} ms, "
-             f"{metrics['tflops']:.3g} TFLOPS, ok" + (f" ({job.device})" if job.device == runtime.INTERPRETER else ""))
-    return metrics["latency_ms"]
+    where = f"[{job.number}/{job.total or '?'}] {job.label} →"
+    if status == "ok":
+        log.info(f"{where} {metrics['latency_ms']:.3f} ms, {metrics['tflops']:.3g} TFLOPS, ok"
+                 + (f" ({job.device})" if job.device == runtime.INTERPRETER else ""))
+        return metrics["latency_ms"]
+    log.info(f"{where} {status}: " + (f"{error_type}: {message}" if status == "failed" else message))
+    if not job.multirun:
+        sys.exit(f"error: {message}" if status == "failed" else f"error: incorrect result: {message}")
+    return None
 
 
 def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
