@@ -27,10 +27,14 @@ def test_host_timing_calls_warmup_plus_rounds_times_reps():
     assert len(calls) == 2 + 3 * 4 and len(t.samples_ms) == 12 and len(t.round_medians_ms) == 3
 
 
-@pytest.mark.parametrize("bad", [TimingSettings(mode="wall"), TimingSettings(rounds=0), TimingSettings(warmup=-1)])
-def test_bad_timing_settings_are_refused(bad):
-    with pytest.raises(ValueError, match="bench"):
+@pytest.mark.parametrize("bad,message", [
+    (TimingSettings(mode="wall"), "bench.mode='wall' is not allowed: 'events' or 'graph'"),
+    (TimingSettings(rounds=0), "bench.rounds=0 is not allowed: an integer >= 1"),
+    (TimingSettings(warmup=-1), "bench.warmup=-1 is not allowed: an integer >= 0")])
+def test_bad_timing_settings_are_refused(bad, message):
+    with pytest.raises(ValueError, match="bench") as e:
         bench.time_host(lambda: None, bad)
+    assert str(e.value) == message
 
 
 def test_check_output_finds_unwritten_elements():

@@ -3,18 +3,15 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 
 import convtune
 from convtune import functional
 from convtune.kernels import Meta, pins
 from convtune.occupancy import HOPPER, occupancy, warps_to_try
-from tests.conftest import ROOT
 
 KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"
 

@@ -4,10 +4,8 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 
 from convtune.kernels import Meta, get_variant, pins

@@ -19,17 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune import runtime
 from convtune.config import TOLERANCE
-from convtune.errors import ConfigError
 from convtune.problem import ConvProblem
 from convtune.summary import META_KEYS
 from convtune.sweep import SweepState, finalize
 from convtune.tracking import Tracker, resolve_uri
 
 log = logging.getLogger(__name__)
-
-
-def _value(v: Any) -> Any:
-    return v.value if hasattr(v, "value") else v
 
 
 class _Job:
@@ -43,11 +38,11 @@ class _Job:
         self.number = hc.job.num + 1 if self.multirun else 1
         self.total = self.sweep.total_jobs if self.sweep else (None if self.multirun else 1)
         self.given = {k: cfg[k] for k in META_KEYS}
-        self.precision = _value(cfg.precision)
+        self.precision = runtime.enum_value(cfg.precision)
         self.params: dict[str, Any] = {k: ("default" if v is None else v) for k, v in self.given.items()}
-        self.params.update({"kernel": cfg.kernel.name, "precision": self.precision, "device_choice": _value(cfg.device),
+        self.params.update({"kernel": cfg.kernel.name, "precision": self.precision, "device_choice": runtime.enum_value(cfg.device),
                             "seed": cfg.seed, "problem": cfg.problem.name})
-        self.params.update({f"bench.{k}": _value(v) for k, v in cfg.bench.items()})
+        self.params.update({f"bench.{k}": runtime.enum_value(v) for k, v in cfg.bench.items()})
         self.tags: dict[str, Any] = {"status": "running", "problem": cfg.problem.name, "precision": self.precision,
                                      "kernel": cfg.kernel.name, **runtime.git_tags()}
         self.label = " ".join(f"{k}={self.params[k]}" for k in META_KEYS)
@@ -57,7 +52,7 @@ class _Job:
         self.meta: Any = None
         self.problem_node = cfg.problem  # replaced by the target's (tiny under the interpreter) once known
         try:
-            target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+            target = runtime.target_for(cfg, hc)
             self.device, self.problem_node = target.device, target.problem
             if target.notice and not self.multirun:
                 print(target.notice, flush=True)
@@ -67,7 +62,8 @@ class _Job:
 
             self.variant = kernels.get_variant(cfg.kernel.name)
             self.problem = ConvProblem.from_mapping(self.problem_node)
-            base, source = self.base_meta(cfg)
+            base, source = kernels.configured_meta(self.variant, runtime.pins_path(cfg, Path(hc.runtime.cwd)),
+                                                   self.tags["device"], self.problem, self.precision)
             self.meta = kernels.Meta.fill(self.given, base)
             explicit = [k for k, v in self.given.items() if v is not None]
             self.tags["meta_source"] = "explicit" if len(explicit) == len(META_KEYS) else source
@@ -78,17 +74,6 @@ class _Job:
             self.setup_error = e
         self.params["problem"] = self.problem_node.name
         self.tags["problem"] = self.problem_node.name
-
-    def base_meta(self, cfg: DictConfig) -> tuple[Any, str]:
-        """What null meta keys take: the pin for this GPU, kernel, problem and precision if there is one
-        (or the nearest pinned shape), else the kernel's default for the problem's class."""
-        from convtune.kernels import pins
-        from convtune.promote import pins_path
-
-        p = self.problem
-        return pins.lookup(pins.load(pins_path(cfg, Path(HydraConfig.get().runtime.cwd))), self.tags["device"],
-                           self.variant.name, pins.pin_key(p.key(), self.precision),
-                           lambda: self.variant.default_meta(p.out_channels, p.stride[1], p.width, self.precision))
 
     def run_name(self) -> str:
         return self.meta.short() if self.meta is not None else "-".join(str(self.params[k]) for k in META_KEYS)
@@ -145,7 +130,7 @@ def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
     kernels.validate_meta(job.meta)
     kernels.validate_precision(job.precision)
     b = job.cfg.bench
-    settings = TimingSettings(_value(b.mode), b.rounds, b.reps, b.warmup, b.flush_l2)
+    settings = TimingSettings(runtime.enum_value(b.mode), b.rounds, b.reps, b.warmup, b.flush_l2)
     spec = None
     if job.device == runtime.INTERPRETER:
         # Host-clock numbers of the interpreter say nothing about a GPU: 2×2 calls show the pipeline works
@@ -159,7 +144,7 @@ def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
     m = measure.measure(problem, job.variant, job.meta, job.precision, TOLERANCE[job.precision], job.cfg.seed,
                         settings, job.device, spec, with_cudnn=b.cudnn_baseline)
     job.tags.update(m.tags)
-    if _value(job.cfg.profile) == "ncu" and m.status == "ok":
+    if runtime.enum_value(job.cfg.profile) == "ncu" and m.status == "ok":
         m.metrics.update(_ncu(job, problem))
     return m.status, m.message, m.metrics
 

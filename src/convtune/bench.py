@@ -20,6 +20,8 @@ from typing import Callable, Optional, TypeVar
 
 import torch
 
+from convtune.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -58,10 +60,11 @@ class Timing:
 
 
 def _check_settings(s: TimingSettings) -> None:
-    if s.mode not in ("events", "graph"):
-        raise ValueError(f"bench.mode={s.mode!r} is not allowed: 'events' or 'graph'")
-    if s.rounds < 1 or s.reps < 1 or s.warmup < 0:
-        raise ValueError(f"bench.rounds and bench.reps must be >= 1 and bench.warmup >= 0, got {s}")
+    checks = (("mode", s.mode in ("events", "graph"), "'events' or 'graph'"), ("rounds", s.rounds >= 1, "an integer >= 1"),
+              ("reps", s.reps >= 1, "an integer >= 1"), ("warmup", s.warmup >= 0, "an integer >= 0"))
+    for key, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(f"bench.{key}", getattr(s, key), allowed)
 
 
 class _L2Flusher:

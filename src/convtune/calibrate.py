@@ -34,6 +34,17 @@ def apply_cache(spec: Optional[GpuSpec], device_name: str, path: Path = CACHE) -
     return replace(spec, measured_tf32_tflops=got["tf32_tflops"], measured_copy_gbps=got["copy_gbps"])
 
 
+def _copy_ms(dev: "object", s: "object") -> float:
+    """Median time of a 2 GiB device-to-device copy (the buffers are freed on return)."""
+    import torch
+
+    from convtune import bench
+
+    src = torch.rand(2**29, device=dev)  # 2 GiB of fp32
+    dst = torch.empty_like(src)
+    return bench.time_gpu(lambda: dst.copy_(src), s, dev).median_ms
+
+
 def measure() -> dict[str, float]:
     import torch
 
@@ -42,11 +53,7 @@ def measure() -> dict[str, float]:
 
     dev = torch.device("cuda")
     s = TimingSettings(rounds=3, reps=10, warmup=3)
-    src = torch.rand(2**29, device=dev)  # 2 GiB of fp32
-    dst = torch.empty_like(src)
-    copy_ms = bench.time_gpu(lambda: dst.copy_(src), s, dev).median_ms
-    del src, dst
-    out = {"copy_gbps": 2 * 2**31 / copy_ms / 1e6}
+    out = {"copy_gbps": 2 * 2**31 / _copy_ms(dev, s) / 1e6}
     n = 8192
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True

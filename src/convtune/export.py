@@ -68,20 +68,18 @@ def run_export(cfg: DictConfig) -> int:
         return 1
     hc = HydraConfig.get()
     base = Path(hc.runtime.cwd)
-    target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+    target = runtime.target_for(cfg, hc)
     runtime.activate(target.device)
-    from convtune.kernels import get_variant, pins
-    from convtune.promote import pins_path
+    from convtune.kernels import configured_meta, get_variant
 
     if cfg.kernel.name != "implicit_gemm":
         print(f"error: kernel={cfg.kernel.name!r} is not exportable: 'implicit_gemm'")
         return 1
     p = ConvProblem.from_mapping(target.problem)
-    precision = cfg.precision.value if hasattr(cfg.precision, "value") else cfg.precision
+    precision = runtime.enum_value(cfg.precision)
     gpu = cfg.promote.device_name or runtime.device_tags(target.device)["device"]
     variant = get_variant("implicit_gemm")
-    meta, source = pins.lookup(pins.load(pins_path(cfg, base)), gpu, variant.name, pins.pin_key(p.key(), precision),
-                               lambda: variant.default_meta(p.out_channels, p.stride[1], p.width, precision))
+    meta, source = configured_meta(variant, runtime.pins_path(cfg, base), gpu, p, precision)
     out = Path(cfg.export_path) if cfg.export_path else base / "exports" / f"{p.name}.py"
     out = out if out.is_absolute() else base / out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from convtune.errors import UnsupportedProblem
-from convtune.kernels import get_variant, pins
+from convtune.kernels import configured_meta, get_variant, pins
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels.common import Meta, prepare
 from convtune.problem import ConvProblem
@@ -46,10 +46,8 @@ def choose_meta(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: t
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, stride, padding, dilation, 1, has_bias)
-    variant = get_variant(LIBRARY_KERNEL)
     path = pins.default_path()
-    meta, source = pins.lookup(pins.load(path), device_key(x), LIBRARY_KERNEL, pins.pin_key(p.key(), precision),
-                               lambda: variant.default_meta(c_out, stride[1], w, precision))
+    meta, source = configured_meta(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision)
     log.debug("convtune.conv2d %s/%s: %s from %s (%s)", p.key(), precision, meta.short(), source, path)
     return meta
 

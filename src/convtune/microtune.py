@@ -22,32 +22,27 @@ def compiled_occupancy(problem: ConvProblem, meta: Any, precision: str, variant:
     """Compile and launch the pin once on this GPU to read its registers and shared memory."""
     import torch
 
-    from convtune.measure import make_inputs
-    from convtune.occupancy import SmLimits, occupancy
+    from convtune.measure import make_inputs, sm_limits
+    from convtune.occupancy import occupancy
 
-    x, w, b = make_inputs(problem, 0, torch.device("cuda"))
+    dev = torch.device("cuda")
+    x, w, b = make_inputs(problem, 0, dev)
     launched = variant.launch(x, w, b, problem.stride, problem.padding, problem.dilation, meta, precision)
-    props = torch.cuda.get_device_properties(0)
-    sm = SmLimits(regs_per_sm=props.regs_per_multiprocessor, max_warps_per_sm=props.max_threads_per_multi_processor // 32,
-                  smem_per_sm=props.shared_memory_per_multiprocessor)
-    return occupancy(launched.n_regs, launched.shared_bytes, meta.num_warps, sm), launched
+    return occupancy(launched.n_regs, launched.shared_bytes, meta.num_warps, sm_limits(dev)), launched
 
 
 def neighbour_configs(config: DictConfig) -> list[dict[str, int]]:
     hc = config.hydra
-    target = runtime.choose_target(config, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+    target = runtime.target_for(config, hc)
     runtime.activate(target.device)
-    from convtune.kernels import get_variant, pins
+    from convtune.kernels import configured_meta, get_variant
     from convtune.occupancy import warps_to_try
-    from convtune.promote import pins_path
 
     problem = ConvProblem.from_mapping(target.problem)
     variant = get_variant(config.kernel.name)
-    precision = config.precision.value if hasattr(config.precision, "value") else config.precision
+    precision = runtime.enum_value(config.precision)
     gpu = runtime.device_tags(target.device)["device"]
-    meta, source = pins.lookup(pins.load(pins_path(config, Path(hc.runtime.cwd))), gpu, variant.name,
-                               pins.pin_key(problem.key(), precision),
-                               lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision))
+    meta, source = configured_meta(variant, runtime.pins_path(config, Path(hc.runtime.cwd)), gpu, problem, precision)
     configs = [meta] + [replace(meta, num_stages=s) for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES]
     if target.device == runtime.INTERPRETER:
         why = "num_warps kept: the interpreter compiles nothing, so there is no occupancy to read"

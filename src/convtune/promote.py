@@ -24,19 +24,6 @@ from convtune.summary import META_KEYS
 from convtune.tracking import Tracker, resolve_uri
 
 
-def _value(v: Any) -> Any:
-    return v.value if hasattr(v, "value") else v
-
-
-def pins_path(cfg: DictConfig, base: Path) -> Path:
-    from convtune.kernels import pins
-
-    if cfg.pins_file:
-        p = Path(cfg.pins_file)
-        return p if p.is_absolute() else base / p
-    return pins.default_path()
-
-
 def candidate_runs(tracker: Tracker, gpu: str, kernel: str, problem_key: str, precision: str) -> list[dict[str, Any]]:
     return tracker.search(f"tags.problem_key = '{problem_key}' AND tags.kernel = '{kernel}' AND "
                           f"tags.precision = '{precision}' AND tags.device = '{gpu}' AND tags.status = 'ok' AND "
@@ -58,7 +45,7 @@ def run_promote(cfg: DictConfig) -> int:
     validate(cfg.promote)
     hc = cfg.hydra if "hydra" in cfg else HydraConfig.get()  # a callback's config carries its hydra node
     base = Path(hc.runtime.cwd)
-    target = runtime.choose_target(cfg, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+    target = runtime.target_for(cfg, hc)
     if target.notice:
         print(target.notice)
     runtime.activate(target.device)
@@ -69,9 +56,9 @@ def run_promote(cfg: DictConfig) -> int:
     gpu = cfg.promote.device_name or here["device"]
     problem = ConvProblem.from_mapping(target.problem)
     variant = get_variant(cfg.kernel.name)
-    precision = _value(cfg.precision)
+    precision = runtime.enum_value(cfg.precision)
     key = pins.pin_key(problem.key(), precision)
-    path = pins_path(cfg, base)
+    path = runtime.pins_path(cfg, base)
     current = pins.entries(pins.load(path), gpu, variant.name).get(key)
     pin_meta = Meta(**current["meta"]) if current else variant.default_meta(
         problem.out_channels, problem.stride[1], problem.width, precision)

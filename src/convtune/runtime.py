@@ -21,6 +21,11 @@ from convtune.problem import ConvProblem
 INTERPRETER = "interpreter"
 
 
+def enum_value(v: Any) -> Any:
+    """A config value as plain data: the string of a config Enum (precision, device, ...), else itself."""
+    return v.value if hasattr(v, "value") else v
+
+
 def resolve_device(choice: str) -> str:
     """'cuda' or 'interpreter'. TRITON_INTERPRET=1 in the environment forces the interpreter for 'auto'."""
     import torch
@@ -95,7 +100,7 @@ class Target:
 def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Optional[Path]) -> Target:
     """Resolve the device; under the interpreter, swap an oversized default problem for `tiny` (announced),
     and refuse one the user named explicitly."""
-    device = resolve_device(cfg.device.value if hasattr(cfg.device, "value") else str(cfg.device))
+    device = resolve_device(enum_value(cfg.device))
     problem = cfg.problem
     if device != INTERPRETER:
         return Target(device, problem, None)
@@ -113,6 +118,22 @@ def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Op
     tiny = OmegaConf.merge(OmegaConf.structured(ProblemConfig), OmegaConf.load(config_dir / "problem" / "tiny.yaml"))
     return Target(device, tiny, f"no CUDA device: running problem=tiny through the Triton interpreter instead of "
                                 f"{problem.name} ({gflop:.3g} GFLOP); name a problem to choose another")
+
+
+def target_for(cfg: DictConfig, hc: Any) -> Target:
+    """choose_target with what Hydra knows: the task overrides and the primary config folder."""
+    return choose_target(cfg, hc.overrides.task, main_config_dir(hc.runtime.config_sources))
+
+
+def pins_path(cfg: DictConfig, base: Path) -> Path:
+    """pins_file (relative to `base`, where the command was started) or the library's pins file.
+    Call after activate(): importing convtune.kernels.pins imports the kernels package."""
+    from convtune.kernels.pins import default_path
+
+    if cfg.pins_file:
+        p = Path(cfg.pins_file)
+        return p if p.is_absolute() else base / p
+    return default_path()
 
 
 def experiment_name(cfg: DictConfig, problem_name: str, device: str, problem_swept: bool = False) -> str:

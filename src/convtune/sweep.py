@@ -99,7 +99,7 @@ def finalize(state: SweepState, status: str) -> str:
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
-        target = runtime.choose_target(config, hc.overrides.task, runtime.main_config_dir(hc.runtime.config_sources))
+        target = runtime.target_for(config, hc)
         jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
         uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))

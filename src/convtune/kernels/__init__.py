@@ -7,10 +7,11 @@ time whether kernels run compiled or through the interpreter: set TRITON_INTERPR
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from convtune.errors import ConfigError
-from convtune.kernels import implicit_gemm, seed
+from convtune.kernels import implicit_gemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -22,16 +23,21 @@ class KernelVariant:
     launch: Callable[..., Launched]
     default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
     source_hash: str
-    description: str
 
 
 VARIANTS: dict[str, KernelVariant] = {
-    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH,
-                          "implicit GEMM of the original brief (static_range K loop, runtime shapes)"),
+    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH),
     "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
-                                   implicit_gemm.SOURCE_HASH,
-                                   "implicit GEMM with constexpr shapes, pipelined K loop, per-image tiles"),
+                                   implicit_gemm.SOURCE_HASH),
 }
+
+
+def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
+    """The configuration a run or call uses: the pin for (gpu, variant, problem, precision), else the
+    nearest pinned shape of the same geometry, else the variant's default for the problem's class.
+    `problem` is a convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (meta, source)."""
+    return pins.lookup(pins.load(pins_file), gpu, variant.name, pins.pin_key(problem.key(), precision),
+                       lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision))
 
 
 def get_variant(name: str) -> KernelVariant:
@@ -41,4 +47,5 @@ def get_variant(name: str) -> KernelVariant:
         raise ConfigError("kernel.name", name, f"one of {sorted(VARIANTS)}") from None
 
 
-__all__ = ["KernelVariant", "Launched", "Meta", "VARIANTS", "get_variant", "validate_meta", "validate_precision"]
+__all__ = ["KernelVariant", "Launched", "Meta", "VARIANTS", "configured_meta", "get_variant", "validate_meta",
+           "validate_precision"]
