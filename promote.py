@@ -7,10 +7,14 @@
 
 import sys
 
-import hydra
-from omegaconf import DictConfig
+from convtune import interrupts
 
-from convtune.config import register_configs
+interrupts.install()  # first: a Ctrl-C during the imports below is one line too
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from convtune.config import register_configs  # noqa: E402
 
 register_configs()
 
@@ -29,4 +33,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.guard(main)

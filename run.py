@@ -5,11 +5,15 @@
     python run.py +experiment=seed_configs          # a named preset from experiments/
 """
 
-import hydra
-from omegaconf import DictConfig
+from convtune import interrupts
 
-from convtune.app import run_job
-from convtune.config import register_configs
+interrupts.install()  # first: a Ctrl-C during the imports below is one line too
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from convtune.app import run_job  # noqa: E402
+from convtune.config import register_configs  # noqa: E402
 
 register_configs()
 
@@ -20,4 +24,4 @@ def main(cfg: DictConfig) -> object:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.guard(main)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from convtune.config import TOLERANCE
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import VARIANTS, Meta, get_variant
+from convtune.kernels.precision import round_tf32, round_to_tf32
 
 seed = get_variant("seed")
 
@@ -48,7 +49,7 @@ def test_matches_float64_reference(case):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_output_is_allocated_when_not_given(name):
     x, w = torch.rand(1, 2, 6, 7), torch.rand(3, 2, 3, 3)
-    got = get_variant(name).launch(x, w, None, 1, 1, 1, Meta(16, 16, 16, 4, 1)).out
+    got = get_variant(name).launch(x, w, None, 1, 1, 1, Meta(16, 16, 16, 4, 1), "ieee").out
     assert got.shape == (1, 3, 6, 7)
     torch.testing.assert_close(got, F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-5)
 
@@ -78,9 +79,50 @@ def test_source_hash_is_stable_and_short():
 
 def test_default_configuration_per_problem_class():
     ig = get_variant("implicit_gemm")
-    assert ig.default_meta(96, 4, 224) == Meta(256, 128, 16, 8, 4)  # L1 #50: the VEC=4 gather path
+    assert ig.default_meta(96, 4, 224) == Meta(128, 128, 16, 4, 6)  # L1 #50: the VEC=4 gather path, rounding
+    assert ig.default_meta(96, 4, 224, "tf32_trunc") == Meta(256, 128, 16, 8, 4)  # truncating
     assert ig.default_meta(64, 2, 224) == Meta(128, 64, 32, 4, 3)  # ResNet-50 stem class
     assert ig.default_meta(384, 1, 13) == Meta(64, 128, 32, 4, 3)
     assert ig.default_meta(96, 4, 224, "tf32x3") == Meta(128, 128, 32, 8, 3)  # 256-row tiles spill under tf32x3
     assert get_variant("seed").default_meta(96, 4, 224) == Meta(32, 64, 32, 4, 2)  # the brief's NCU config
 
+
+
+def test_round_to_tf32_is_nearest_with_ties_away_from_zero():
+    one_ulp = 2.0 ** -10  # TF32 keeps 10 mantissa bits
+    x = torch.tensor([1 + one_ulp / 2, -(1 + one_ulp / 2), 1 + one_ulp / 2 - 2.0 ** -23, 1 + 3 * one_ulp / 2, 3.0, 0.0])
+    assert round_to_tf32(x).tolist() == [1 + one_ulp, -(1 + one_ulp), 1.0, 1 + 2 * one_ulp, 3.0, 0.0]
+
+
+def test_in_kernel_rounding_equals_the_host_rounding():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def k(x_ptr, y_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs)))
+
+    bits = torch.randint(-2**31, 2**31 - 1, (4096,), dtype=torch.int64, generator=torch.Generator().manual_seed(1))
+    x = bits.to(torch.int32).view(torch.float32)
+    x = torch.where(torch.isfinite(x), x, torch.ones_like(x))
+    y = torch.empty_like(x)
+    k[(1,)](x, y, N=4096)
+    assert torch.equal(y.view(torch.int32), round_to_tf32(x).view(torch.int32))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_tf32_rounds_both_operands_to_nearest_as_cudnn_does(name):
+    """The interpreter's dot is exact fp32, so `tf32` output must be the conv of the rounded operands, and
+    `tf32_trunc` (rounding nothing here) the conv of the originals: the rounding shows, operand by operand."""
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.rand(2, 5, 12, 16, generator=g), torch.rand(7, 5, 3, 4, generator=g) - 0.5  # width, stride 4: VEC=4
+    args = ((2, 4), (1, 2), 1)
+    exact = F.conv2d(x.double(), w.double(), None, *args)
+    rounded = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None, *args)
+    half_rounded = F.conv2d(round_to_tf32(x).double(), w.double(), None, *args)  # as if the weights were missed
+    meta = Meta(16, 16, 16, 4, 2)
+    got = get_variant(name).launch(x, w, None, *args, meta, "tf32").out.double()
+    trunc = get_variant(name).launch(x, w, None, *args, meta, "tf32_trunc").out.double()
+    assert (got - rounded).abs().max() < 1e-5 < (half_rounded - rounded).abs().max()
+    assert (trunc - exact).abs().max() < 1e-5 < (rounded - exact).abs().max()

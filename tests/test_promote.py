@@ -109,6 +109,7 @@ def test_export_writes_a_self_contained_kernelbench_file(tmp_path, store, pins_f
     out = tmp_path / "model_new.py"
     r = promote(tmp_path, store, pins_file, "export=kernelbench", f"export_path={out}")
     assert r.returncode == 0, r.stderr
+    assert "not checked: no GPU here" in r.stdout
     text = out.read_text()
     assert text.startswith("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
     assert "@triton.jit" in text and "class ModelNew(nn.Module)" in text and "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 16, 16, 16, 4, 2" in text
@@ -123,7 +124,10 @@ def test_export_writes_a_self_contained_kernelbench_file(tmp_path, store, pins_f
         "x = torch.rand(2, 3, 19, 17)\n"
         "torch.testing.assert_close(model(x), ref(x))\n"  # CPU: the brief's fallback to self.conv1
         "y = m.conv2d_triton(x, ref.weight.detach(), ref.bias.detach())\n"  # the Triton kernel (interpreter)
-        "torch.testing.assert_close(y, ref(x).detach(), rtol=1e-4, atol=1e-4)\n"
+        # tf32: operands rounded to nearest TF32 (cuDNN's rounding), exact sums in the interpreter
+        "r = lambda t: ((t.detach().view(torch.int32) + 0x1000) & -8192).view(torch.float32).double()\n"
+        "want = F.conv2d(r(x), r(ref.weight), ref.bias.detach().double(), (2, 1), (2, 1)).float()\n"
+        "torch.testing.assert_close(y, want, rtol=1e-6, atol=1e-6)\n"
         "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}
     env["TRITON_INTERPRET"] = "1"

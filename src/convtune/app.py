@@ -17,11 +17,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from convtune import runtime
+from convtune import interrupts, runtime
 from convtune.config import TOLERANCE
 from convtune.problem import ConvProblem
 from convtune.summary import META_KEYS
-from convtune.sweep import SweepState, finalize
+from convtune.sweep import SweepState
 from convtune.tracking import Tracker, resolve_uri
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ class _Job:
         self.given = {k: cfg[k] for k in META_KEYS}
         self.precision = runtime.enum_value(cfg.precision)
         self.params: dict[str, Any] = {k: ("default" if v is None else v) for k, v in self.given.items()}
-        self.params.update({"kernel": cfg.kernel.name, "precision": self.precision, "device_choice": runtime.enum_value(cfg.device),
+        self.params.update({"kernel": cfg.kernel.name, "precision": self.precision, "check": runtime.enum_value(cfg.check),
+                            "device_choice": runtime.enum_value(cfg.device),
                             "seed": cfg.seed, "problem": cfg.problem.name})
         self.params.update({f"bench.{k}": runtime.enum_value(v) for k, v in cfg.bench.items()})
         self.tags: dict[str, Any] = {"status": "running", "problem": cfg.problem.name, "precision": self.precision,
@@ -85,28 +86,32 @@ class _Job:
 
 
 def run_job(cfg: DictConfig) -> Optional[float]:
-    """Check, time and log one configuration. Returns the latency in ms, or None when it did not run."""
+    """Check, time and log one configuration. Returns the latency in ms, or None when it did not run.
+
+    From the moment the run exists until its outcome is recorded, an interrupt (SIGINT/SIGTERM, anywhere,
+    recording included) records it KILLED: the entry point's interrupts.guard runs the registered cleanup."""
     job = _Job(cfg)
     tracker = Tracker(job.sweep.tracking_uri if job.sweep else resolve_uri(cfg.tracking.uri, Path(HydraConfig.get().runtime.cwd)))
-    run_id = tracker.start_run(job.experiment_id(tracker), job.run_name(), job.tags,
-                               parent_id=job.sweep.parent_run_id if job.sweep else None)
     metrics: dict[str, float] = {}
-    try:  # everything after the run exists, recording included, so that Ctrl-C anywhere marks it KILLED
-        try:
-            tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-            if job.setup_error is not None:
-                raise job.setup_error
-            status, message, metrics = _measure(job)
-            error_type = None if status == "ok" else "IncorrectResult"
-        except Exception as e:  # noqa: BLE001 - every failure of a configuration is recorded, not raised
-            status, error_type = "failed", type(e).__name__
-            message = str(e).strip().splitlines()[0] if str(e).strip() else error_type
+    with interrupts.deferred():  # no window between the run's creation and its cleanup's registration
+        run_id = tracker.start_run(job.experiment_id(tracker), job.run_name(), job.tags,
+                                   parent_id=job.sweep.parent_run_id if job.sweep else None)
+        on_kill = interrupts.on_interrupt(
+            lambda sig: _record(tracker, run_id, job, metrics, "killed", "Interrupted", f"interrupted ({sig})"))
+    interrupts.checkpoint("job_running")
+    try:
+        tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        if job.setup_error is not None:
+            raise job.setup_error
+        status, message, metrics = _measure(job)
+        error_type = None if status == "ok" else "IncorrectResult"
+    except Exception as e:  # noqa: BLE001 - every failure of a configuration is recorded, not raised
+        status, error_type = "failed", type(e).__name__
+        message = str(e).strip().splitlines()[0] if str(e).strip() else error_type
+    with interrupts.deferred():
         _record(tracker, run_id, job, metrics, status, error_type, message)
-    except KeyboardInterrupt:
-        _record(tracker, run_id, job, metrics, "killed", "KeyboardInterrupt", "interrupted (Ctrl-C)")
-        if job.sweep is not None:
-            print(finalize(job.sweep, "KILLED"), flush=True)
-        raise
+        on_kill.cancel()
+    interrupts.checkpoint("job_finished")
     where = f"[{job.number}/{job.total or '?'}] {job.label} →"
     if status == "ok":
         log.info(f"{where} {metrics['latency_ms']:.3f} ms, {metrics['tflops']:.3g} TFLOPS, ok"
@@ -142,7 +147,7 @@ def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
         if spec is None:
             log.warning(f"GPU '{job.tags['device']}' is not in convtune.metrics.GPU_SPECS: pct_peak_* omitted")
     m = measure.measure(problem, job.variant, job.meta, job.precision, TOLERANCE[job.precision], job.cfg.seed,
-                        settings, job.device, spec, with_cudnn=b.cudnn_baseline)
+                        settings, job.device, spec, with_cudnn=b.cudnn_baseline, check=runtime.enum_value(job.cfg.check))
     job.tags.update(m.tags)
     if runtime.enum_value(job.cfg.profile) == "ncu" and m.status == "ok":
         m.metrics.update(_ncu(job, problem))

@@ -17,7 +17,8 @@ import torch
 from convtune import bench
 from convtune.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta
-from convtune.measure import make_inputs, reference
+from convtune.correctness import judge
+from convtune.measure import make_inputs
 from convtune.problem import ConvProblem
 
 
@@ -47,25 +48,23 @@ class Decision:
 
 
 def remeasure(p: ConvProblem, variant: KernelVariant, contenders: list[Contender], precision: str, tol: float,
-              rounds: int, reps: int, device: str, seed: int = 1) -> None:
-    """Check every contender on fresh inputs (poisoned output, float64 reference), then time the correct
-    ones in interleaved rounds. Fills rel_err, correct and rounds_ms in place."""
+              rounds: int, reps: int, device: str, seed: int = 1, check: str = "kernelbench") -> None:
+    """Check every contender on fresh inputs (poisoned output, convtune.correctness.judge by `check`), then
+    time the correct ones in interleaved rounds. Fills rel_err, correct and rounds_ms in place."""
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     x, w, b = make_inputs(p, seed, dev)
-    ref = reference(p, x, w, b)
     calls: list[tuple[Contender, Callable[[], object]]] = []
     for c in contenders:
         out = torch.full(p.output_shape, float("nan"), device=dev)
         call = (lambda m, o: lambda: variant.launch(x, w, b, p.stride, p.padding, p.dilation, m, precision, out=o))(c.meta, out)
         try:
             call()
-            check = bench.check_output(out, ref, tol)
-            c.rel_err, c.correct = check.rel_err, check.ok
+            verdict = judge(out, p, x, w, b, precision, tol, check)
+            c.rel_err, c.correct = verdict.metrics.get("rel_err"), verdict.ok
         except Exception:  # noqa: BLE001 - a contender that no longer runs simply loses
             c.correct = False
         if c.correct:
             calls.append((c, call))
-    del ref
     one_round = TimingSettings(rounds=1, reps=reps, warmup=1 if dev.type == "cuda" else 0)
     for _ in range(rounds):
         for c, call in calls:

@@ -19,31 +19,36 @@ IMPORTS = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.lan
 
 def render_kernelbench(p: ConvProblem, meta: "object", precision: str, provenance: str) -> str:
     from convtune.kernels import implicit_gemm as ig
+    from convtune.kernels import precision as prec
 
     kernel_src = inspect.getsource(ig._conv2d_igemm_kernel.fn)
+    rounding = (f"TF32_HALF_ULP, TF32_MASK = {prec.TF32_HALF_ULP:#x}, {prec.TF32_MASK}\n\n\n"
+                + inspect.getsource(prec.round_to_tf32) + "\n\n" + inspect.getsource(prec.round_tf32.fn))
     helpers = "\n\n".join(inspect.getsource(f) for f in (ig.choose_vec, ig.row_window, ig.pack_weight))
     m = meta.as_dict()  # type: ignore[attr-defined]
     wrapper = f'''
 # Pinned configuration ({provenance}); no autotuning.
 BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = {m["BLOCK_M"]}, {m["BLOCK_N"]}, {m["BLOCK_K"]}, {m["num_warps"]}, {m["num_stages"]}
-PRECISION = "{precision}"
+# precision {precision}: {"operands rounded to nearest TF32, as cuDNN rounds" if prec.rounds_operands(precision) else "as tl.dot does it"}
+PRECISION, ROUND = "{prec.dot_precision(precision)}", {prec.rounds_operands(precision)}
 STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dilation)}
 
 
-def conv2d_triton(x, weight, bias):
+def conv2d_triton(x, weight, bias, packed=None):
+    """`packed`: pack_weight's (weight, KWP, J0) for this input's vector width, made here when not given."""
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
     ow = (w + 2 * PADDING[1] - DILATION[1] * (kw - 1) - 1) // STRIDE[1] + 1
     out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
-    vec = choose_vec(x, w, STRIDE[1], DILATION[1], PRECISION)
-    packed, kwp, j0 = pack_weight(weight, PADDING[1], vec)
+    vec = choose_vec(x, w, STRIDE[1], DILATION[1], "{precision}")
+    wp, kwp, j0 = packed if packed is not None else pack_weight(weight, PADDING[1], vec, ROUND)
     grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
     _conv2d_igemm_kernel[grid](
-        x, packed, bias if bias is not None else x, out,
+        x, wp, bias if bias is not None else x, out,
         C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
         PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        ROUND_A=ROUND, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return out
 
@@ -53,13 +58,19 @@ class ModelNew(nn.Module):
         super(ModelNew, self).__init__()
         self.conv1 = nn.Conv2d(in_channels={p.in_channels}, out_channels={p.out_channels}, kernel_size=({p.kernel_h}, {p.kernel_w}),
                                stride={tuple(p.stride)}, padding={tuple(p.padding)}, dilation={tuple(p.dilation)}, bias={p.bias})
+        self._packed, self._packed_for = None, None
 
     def forward(self, x):
         if not x.is_cuda:
             return self.conv1(x)
-        return conv2d_triton(x.contiguous(), self.conv1.weight, self.conv1.bias)
+        x, w = x.contiguous(), self.conv1.weight
+        vec = choose_vec(x, x.shape[3], STRIDE[1], DILATION[1], "{precision}")
+        key = (w.data_ptr(), w._version, vec)  # pad and round the weight again only when it changes
+        if self._packed_for != key:
+            self._packed, self._packed_for = pack_weight(w.detach(), PADDING[1], vec, ROUND), key
+        return conv2d_triton(x, w, self.conv1.bias, self._packed)
 '''
-    return IMPORTS + "\n\n" + kernel_src + "\n\n" + helpers + "\n" + wrapper
+    return IMPORTS + "\n\n" + rounding + "\n\n" + kernel_src + "\n\n" + helpers + "\n" + wrapper
 
 
 def run_export(cfg: DictConfig) -> int:
@@ -68,16 +79,16 @@ def run_export(cfg: DictConfig) -> int:
         return 1
     hc = HydraConfig.get()
     base = Path(hc.runtime.cwd)
-    target = runtime.target_for(cfg, hc)
-    runtime.activate(target.device)
+    device = runtime.resolve_device(runtime.enum_value(cfg.device))  # the problem as named: writing runs no kernel
+    runtime.activate(device)
     from convtune.kernels import configured_meta, get_variant
 
     if cfg.kernel.name != "implicit_gemm":
         print(f"error: kernel={cfg.kernel.name!r} is not exportable: 'implicit_gemm'")
         return 1
-    p = ConvProblem.from_mapping(target.problem)
+    p = ConvProblem.from_mapping(cfg.problem)
     precision = runtime.enum_value(cfg.precision)
-    gpu = cfg.promote.device_name or runtime.device_tags(target.device)["device"]
+    gpu = cfg.promote.device_name or runtime.device_tags(device)["device"]
     variant = get_variant("implicit_gemm")
     meta, source = configured_meta(variant, runtime.pins_path(cfg, base), gpu, p, precision)
     out = Path(cfg.export_path) if cfg.export_path else base / "exports" / f"{p.name}.py"
@@ -85,4 +96,11 @@ def run_export(cfg: DictConfig) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_kernelbench(p, meta, precision, f"{source}; {meta.short()}"))
     print(f"wrote {out}: {p.name}, {meta.label()} ({source}), precision {precision}")
-    return 0
+    if device == runtime.INTERPRETER:
+        print("not checked: no GPU here (on a GPU the file is checked as KernelBench checks it)")
+        return 0
+    from convtune.kbcheck import check_file
+
+    verdict = check_file(out, p)
+    print(verdict.report())
+    return 0 if verdict.correct else 1

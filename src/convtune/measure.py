@@ -14,7 +14,9 @@ import torch.nn.functional as F
 
 from convtune import bench
 from convtune.bench import TimingSettings
+from convtune.correctness import judge
 from convtune.kernels import KernelVariant, Meta
+from convtune.kernels.precision import torch_uses_tf32
 from convtune.metrics import GpuSpec, floor_ms, performance
 from convtune.occupancy import SmLimits, occupancy
 from convtune.problem import ConvProblem
@@ -48,10 +50,6 @@ def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.
     return x, w, b
 
 
-def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
-
-
 _cudnn_cache: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
@@ -64,7 +62,7 @@ def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional
         return _cudnn_cache[key]
     saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = torch_uses_tf32(precision)
     try:
         out = {}
         for layout, fmt in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
@@ -79,8 +77,10 @@ def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional
 
 
 def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, tol: float, seed: int,
-            s: TimingSettings, device: str, spec: Optional[GpuSpec], with_cudnn: bool) -> Measurement:
-    """Check the kernel against a float64 reference, then (only if correct) time it.
+            s: TimingSettings, device: str, spec: Optional[GpuSpec], with_cudnn: bool,
+            check: str = "kernelbench") -> Measurement:
+    """Check the kernel (convtune.correctness.judge: float64, and torch as KernelBench compares), then
+    (only if correct by `check`) time it.
 
     Exceptions from the kernel (bad meta-parameters, Triton's OutOfResources or CompilationError, launch
     errors) propagate to the caller, which records them as a failed run."""
@@ -95,19 +95,16 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     # The first launch compiles (or loads from Triton's disk cache) and writes into the NaN-poisoned output,
     # which is what gets checked.
     compile_s, launched = bench.first_call(call, dev)
-    ref = reference(p, x, w, b)
-    check = bench.check_output(out, ref, tol)
-    del ref
-    metrics: dict[str, float] = {"rel_err": check.rel_err, "compile_s": compile_s}
-    tags: dict[str, str] = {}
+    verdict = judge(out, p, x, w, b, precision, tol, check)
+    metrics: dict[str, float] = {**verdict.metrics, "compile_s": compile_s}
+    tags: dict[str, str] = dict(verdict.tags)
     if launched.n_regs is not None:
         metrics.update(registers=launched.n_regs, spills=launched.n_spills, shared_mem_bytes=launched.shared_bytes)
         occ = occupancy(launched.n_regs, launched.shared_bytes or 0, meta.num_warps, sm_limits(dev))
         metrics.update(occupancy_pct=100 * occ.fraction, blocks_per_sm=occ.blocks_per_sm, warps_per_sm=occ.warps_per_sm)
         tags["occupancy_limiter"] = occ.limiter
-    if not check.ok:
-        metrics["unwritten_outputs"] = check.unwritten
-        return Measurement("incorrect", check.message, metrics, tags)
+    if not verdict.ok:
+        return Measurement("incorrect", verdict.message, metrics, tags)
 
     timing = bench.time_gpu(call, s, dev) if on_gpu else bench.time_host(call, s)
     metrics.update(timing.metrics("latency"))
@@ -123,4 +120,4 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
         base = cudnn_baseline(p, x, w, b, precision, s)
         metrics.update(base)
         metrics["speedup_vs_cudnn"] = base["cudnn_ms"] / timing.median_ms
-    return Measurement("ok", check.message, metrics, tags)
+    return Measurement("ok", verdict.message, metrics, tags)

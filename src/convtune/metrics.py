@@ -24,7 +24,7 @@ class GpuSpec:
     def peak_tflops(self, precision: str) -> float:
         # ieee makes tl.dot use FMA on CUDA cores: the plain FP32 rate. tf32x3 spends three TF32 products
         # per multiply, so a third of the TF32 rate is its ceiling in useful FLOPs.
-        return {"tf32": self.tf32_tflops, "tf32x3": self.tf32_tflops / 3}.get(precision, self.fp32_tflops)
+        return {"tf32": self.tf32_tflops, "tf32_trunc": self.tf32_tflops, "tf32x3": self.tf32_tflops / 3}.get(precision, self.fp32_tflops)
 
 
 # Matched in order against torch.cuda.get_device_name(); the first pattern contained in the name wins.

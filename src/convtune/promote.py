@@ -90,7 +90,8 @@ def run_promote(cfg: DictConfig) -> int:
         rounds, reps = p.rounds, p.reps
         if target.device == runtime.INTERPRETER:  # host-clock numbers; enough to exercise the decision
             rounds, reps = min(rounds, 4), 1
-        contest.remeasure(problem, variant, contenders, precision, TOLERANCE[precision], rounds, reps, target.device)
+        contest.remeasure(problem, variant, contenders, precision, TOLERANCE[precision], rounds, reps, target.device,
+                           check=runtime.enum_value(cfg.check))
         remeasured = True
     elif p.remeasure:
         refusal = (f"this machine is {here['device']}, not {gpu}: the decision below uses logged numbers only and "

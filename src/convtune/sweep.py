@@ -16,7 +16,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from convtune import runtime, summary
+from convtune import interrupts, runtime, summary
 from convtune.tracking import Tracker, resolve_uri
 
 STATE_FILE = "convtune_sweep.json"
@@ -75,7 +75,13 @@ def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) 
 
 
 def finalize(state: SweepState, status: str) -> str:
-    """Write the summary table to the parent run, end it with `status`, and return the table."""
+    """Write the summary table to the parent run, end it with `status`, and return the table. A signal that
+    arrives meanwhile waits until the parent is closed, and then closes it KILLED."""
+    with interrupts.deferred():
+        return _finalize(state, status)
+
+
+def _finalize(state: SweepState, status: str) -> str:
     tracker = Tracker(state.tracking_uri)
     runs = tracker.children(state.parent_run_id)
     table = summary.markdown(runs)
@@ -87,6 +93,9 @@ def finalize(state: SweepState, status: str) -> str:
         by_problem = summary.per_problem(runs)
         tracker.log_text(state.parent_run_id, by_problem + "\n", "per_problem.md")
         table += "\n\n" + by_problem
+    interrupts.checkpoint("summary")
+    if interrupts.pending() is not None:
+        status = "KILLED"
     tracker.log(state.parent_run_id,
                 metrics={f"n_{k}": float(v) for k, v in c.items()}
                 | ({"best_latency_ms": best["metrics"]["latency_ms"]} if best else {}),
@@ -103,23 +112,31 @@ class SweepCallback(Callback):
         jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
         uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
-        tracker = Tracker(uri)  # creates the SQLite database, once, here
         name = runtime.experiment_name(config, target.problem.name, target.device, problem_swept)
-        exp_id = tracker.experiment_id(name)
         tags = {"status": "running", "sweep_dir": str(hc.sweep.dir), "overrides": " ".join(hc.overrides.task),
                 "total_jobs": "?" if jobs is None else len(jobs), **runtime.git_tags()}
-        parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
+        with interrupts.deferred():  # the store's creation and the parent's registration are never cut
+            tracker = Tracker(uri)  # creates the SQLite database, once, here
+            exp_id = tracker.experiment_id(name)
+            parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
+            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs))
+            state.save(Path(hc.sweep.dir))
+            self._on_kill = interrupts.on_interrupt(lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state, "KILLED"))
         tracker.log_text(parent, OmegaConf.to_yaml(config, resolve=False), "multirun.yaml")
-        SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs)).save(Path(hc.sweep.dir))
         print(f"sweep: {'?' if jobs is None else len(jobs)} jobs → MLflow experiment '{name}', parent run {parent}"
               f" ({uri})", flush=True)
         if target.notice:
             print(target.notice, flush=True)
+        interrupts.checkpoint("sweep_started")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         state = SweepState.load(Path(config.hydra.sweep.dir))
         if state is not None:
-            print(finalize(state, "FINISHED"), flush=True)
+            with interrupts.deferred():
+                table = finalize(state, "FINISHED")
+                if getattr(self, "_on_kill", None) is not None:
+                    self._on_kill.cancel()
+            print(table, flush=True)
         if config.promote.after_sweep:
             from convtune.promote import run_promote
 

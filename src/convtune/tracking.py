@@ -6,6 +6,7 @@ parent run opened by a Hydra callback and child runs opened by jobs never depend
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.time import get_current_time_millis
+
+from convtune import interrupts
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
@@ -39,11 +42,21 @@ def _artifact_location(uri: str, experiment: str) -> Optional[str]:
     return (Path(uri[len("sqlite:///"):]).parent / slug).as_uri()
 
 
+def _uninterrupted(method: Any) -> Any:
+    """A store write is never cut in half by Ctrl-C: a signal waits until the call returns (interrupts.deferred)."""
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with interrupts.deferred():
+            return method(*args, **kwargs)
+    return wrapper
+
+
 class Tracker:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
 
+    @_uninterrupted
     def experiment_id(self, name: str) -> str:
         """The experiment's id, creating it if needed (a concurrent creator is tolerated)."""
         exp = self.client.get_experiment_by_name(name)
@@ -57,6 +70,7 @@ class Tracker:
                 raise
             return exp.experiment_id
 
+    @_uninterrupted
     def start_run(self, experiment_id: str, run_name: str, tags: dict[str, Any],
                   parent_id: Optional[str] = None) -> str:
         all_tags = {k: str(v) for k, v in tags.items()}
@@ -64,6 +78,7 @@ class Tracker:
             all_tags[PARENT_TAG] = parent_id
         return self.client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
 
+    @_uninterrupted
     def log(self, run_id: str, params: Optional[dict[str, Any]] = None,
             metrics: Optional[dict[str, Optional[float]]] = None, tags: Optional[dict[str, Any]] = None) -> None:
         now = get_current_time_millis()
@@ -75,12 +90,15 @@ class Tracker:
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
 
+    @_uninterrupted
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self.client.log_text(run_id, text, artifact_file)
 
+    @_uninterrupted
     def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
         self.client.log_figure(run_id, figure, artifact_file)
 
+    @_uninterrupted
     def end(self, run_id: str, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status=status)

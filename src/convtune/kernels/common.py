@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels.precision import PRECISIONS
 
 NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
 # tl.dot needs every tile dimension >= 16; above these bounds register or shared-memory use explodes.
 BLOCK_BOUNDS = {"BLOCK_M": (16, 256), "BLOCK_N": (16, 256), "BLOCK_K": (16, 128)}
-PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
 @dataclass(frozen=True)

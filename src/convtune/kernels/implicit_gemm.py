@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
+from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
 
@@ -34,7 +35,7 @@ def _conv2d_igemm_kernel(
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
     KH: tl.constexpr, KWP: tl.constexpr, J0: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
     PH: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, VEC: tl.constexpr,
-    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # Reduction index k = (c·KH + r)·KWP + jj: jj runs over a kernel row padded to KWP (a multiple of VEC)
@@ -69,6 +70,8 @@ def _conv2d_igemm_kernel(
         inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         a = tl.load(x_img + (a_base[:, None] + k_delta[None, :]),
                     mask=inside & m_mask[:, None] & (offs_k < K_TOTAL)[None, :], other=0.0)
+        if ROUND_A:  # to nearest TF32 as cuDNN does; the weights were rounded once, when packed
+            a = round_tf32(a)
         b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + offs_k[:, None],
                     mask=(offs_k < K_TOTAL)[:, None] & n_mask[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
@@ -98,10 +101,13 @@ def row_window(kw: int, pad_w: int, vec: int) -> tuple[int, int]:
     return -(-(kw - pad_w - j0) // vec) * vec, j0  # ceil((kw - pad_w - j0) / vec) · vec
 
 
-def pack_weight(weight: torch.Tensor, pad_w: int, vec: int) -> tuple[torch.Tensor, int, int]:
-    """Zero-pad each kernel row to its aligned window (row_window). Returns (packed weight, KWP, J0)."""
+def pack_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool = False) -> tuple[torch.Tensor, int, int]:
+    """Zero-pad each kernel row to its aligned window (row_window), and round the weights to nearest TF32 if
+    asked (once per weight here instead of once per tile in the kernel). Returns (packed weight, KWP, J0)."""
     kw = weight.shape[3]
     kwp, j0 = row_window(kw, pad_w, vec)
+    if round_tf32:
+        weight = round_to_tf32(weight)
     if vec == 1:
         return weight, kwp, j0
     packed = weight.new_zeros(weight.shape[:3] + (kwp,))
@@ -111,20 +117,20 @@ def pack_weight(weight: torch.Tensor, pad_w: int, vec: int) -> tuple[torch.Tenso
 
 # Packed weights, per weight tensor (by identity, checked through a weak reference) and its version counter,
 # so an in-place update (an optimiser step) repacks and a steady-state call packs nothing.
-_packed: dict[int, tuple[Any, int, int, int, torch.Tensor]] = {}
+_packed: dict[int, tuple[Any, tuple[int, int, int, bool], torch.Tensor]] = {}
 
 
-def packed_weight(weight: torch.Tensor, pad_w: int, vec: int) -> torch.Tensor:
-    if vec == 1:
+def packed_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) -> torch.Tensor:
+    if vec == 1 and not round_tf32:
         return weight
     hit = _packed.get(id(weight))
-    if hit is not None and hit[0]() is weight and hit[1:4] == (weight._version, pad_w, vec):
-        return hit[4]
+    if hit is not None and hit[0]() is weight and hit[1] == (weight._version, pad_w, vec, round_tf32):
+        return hit[2]
     if len(_packed) > 64:  # drop entries whose weight is gone
         for k in [k for k, v in _packed.items() if v[0]() is None]:
             del _packed[k]
-    packed = pack_weight(weight, pad_w, vec)[0]
-    _packed[id(weight)] = (weakref.ref(weight), weight._version, pad_w, vec, packed)
+    packed = pack_weight(weight, pad_w, vec, round_tf32)[0]
+    _packed[id(weight)] = (weakref.ref(weight), (weight._version, pad_w, vec, round_tf32), packed)
     return packed
 
 
@@ -136,6 +142,7 @@ class LaunchPlan:
     out_shape: tuple[int, int, int, int]
     pad_w: int
     vec: int
+    round_weight: bool
     constexprs: dict
 
 
@@ -145,16 +152,16 @@ def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: 
     constexprs = dict(
         C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
         SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
-        HAS_BIAS=has_bias, PRECISION=precision, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds_operands(precision), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages)
     grid = (g.n * tiles_per_img, triton.cdiv(g.c_out, meta.BLOCK_N))
-    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, constexprs)
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), constexprs)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         out: torch.Tensor) -> Any:
     """Launch a plan on tensors that match it (the caller has checked them). Returns the compiled kernel."""
-    w = packed_weight(weight, plan.pad_w, plan.vec)
+    w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
     return _conv2d_igemm_kernel[plan.grid](x, w, bias if bias is not None else x, out, **plan.constexprs)
 
 
@@ -188,10 +195,15 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
         # VEC=2 path, three products per multiply: 256-row tiles spill (255 registers, 98-172 spilled,
         # 2.8-3.0 ms); M128-N128-K32-w8-s3 1.61 ms, M128-K16 1.80 ms.
         return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=32, num_warps=8, num_stages=3)
+    if stride_w % 4 == 0 and width % 4 == 0 and precision == "tf32":
+        # The VEC=4 gather path (L1 #50) with the input rounded to nearest TF32 in the kernel: that rounding
+        # sends the A tile through registers, which cost M256-w8-s4 16 % (0.601 vs 0.515 ms truncating); the
+        # smaller tile with a deeper pipeline hides it: M128-w4-s6 0.520 ms, s5 0.521, s4 0.529 (one H200 run).
+        return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=16, num_warps=4, num_stages=6)
     if stride_w % 4 == 0 and width % 4 == 0:
-        # The VEC=4 gather path (L1 #50): M256-K16-w8-s4 0.520 ms; M128-w8-s4 0.529; M128-w4-s3 0.565.
+        # The VEC=4 gather path (L1 #50), truncating: M256-K16-w8-s4 0.520 ms; M128-w8-s4 0.529; M128-w4-s3 0.565.
         return Meta(BLOCK_M=256, BLOCK_N=block_n, BLOCK_K=16, num_warps=8, num_stages=4)
     # Stride-1/2 layers: BM=64 beat BM=128 by 20-30 % at BN=128 (alexnet_conv3 0.758 vs 0.983 ms);
     # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
     return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
-SOURCE_HASH = source_hash(_conv2d_igemm_kernel, choose_vec, row_window, pack_weight, make_plan, default_meta, launch)
+SOURCE_HASH = source_hash(_conv2d_igemm_kernel, round_tf32, round_to_tf32, choose_vec, row_window, pack_weight, make_plan, default_meta, launch)

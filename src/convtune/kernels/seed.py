@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import Launched, Meta, prepare, source_hash
+from convtune.kernels.precision import dot_precision, round_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
 
@@ -26,7 +27,7 @@ def _conv2d_seed_kernel(
     N, C, H, W, C_OUT, OH, OW,
     stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
     KH: tl.constexpr, KW: tl.constexpr, K_TOTAL: tl.constexpr,
-    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -56,6 +57,9 @@ def _conv2d_seed_kernel(
         # weight [C_OUT, C, KH, KW] is a row-major [C_OUT, K_TOTAL] matrix; load its transpose tile
         b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + offs_k[:, None],
                     mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        if ROUND:  # to nearest TF32, as cuDNN rounds (convtune.kernels.precision)
+            a = round_tf32(a)
+            b = round_tf32(b)
         acc += tl.dot(a, b, input_precision=PRECISION)
 
     if HAS_BIAS:
@@ -83,7 +87,8 @@ def launch(
     compiled = _conv2d_seed_kernel[grid](
         x, weight, bias if bias is not None else x, out,
         g.n, g.c, g.h, g.w, g.c_out, g.oh, g.ow, *g.stride, *g.padding, *g.dilation,
-        KH=g.kh, KW=g.kw, K_TOTAL=g.c * g.kh * g.kw, HAS_BIAS=bias is not None, PRECISION=precision,
+        KH=g.kh, KW=g.kw, K_TOTAL=g.c * g.kh * g.kw, HAS_BIAS=bias is not None,
+        PRECISION=dot_precision(precision), ROUND=rounds_operands(precision),
         BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages,
     )
@@ -97,4 +102,4 @@ DEFAULT_META = Meta(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     return DEFAULT_META
-SOURCE_HASH = source_hash(_conv2d_seed_kernel, launch)
+SOURCE_HASH = source_hash(_conv2d_seed_kernel, round_tf32, launch)

@@ -1,0 +1,54 @@
+"""Run KernelBench's own judge (`eval_kernel_against_ref`, src/kernelbench/eval.py) on an exported file.
+
+KernelBench's package __init__ and utils import LLM clients (openai, litellm, dotenv), so this loads only
+eval.py, timing.py and dataset.py from a copy of its source (not part of convtune: fetch the repository and
+copy those three files into a folder) as a package whose `utils` is a one-function stand-in.
+
+    python benchmarks/kernelbench_judge.py --kb .kb/kernelbench --ref .kb/level1_50.py exports/kernelbench_l1_50.py
+"""
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+
+def load_eval(kb_dir: Path) -> types.ModuleType:
+    pkg = types.ModuleType("kernelbench")
+    pkg.__path__ = [str(kb_dir)]  # eval.py's `from . import timing, dataset` resolves in that folder
+    sys.modules["kernelbench"] = pkg
+    utils = types.ModuleType("kernelbench.utils")
+
+    def get_gpu_vendor(device=None):  # the only name eval.py takes from utils
+        import torch
+
+        return "nvidia" if "NVIDIA" in torch.cuda.get_device_name(device).upper() else "unknown"
+
+    utils.get_gpu_vendor = get_gpu_vendor
+    sys.modules["kernelbench.utils"] = utils
+    return importlib.import_module("kernelbench.eval")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kb", type=Path, required=True, help="folder holding KernelBench's eval.py, timing.py, dataset.py")
+    ap.add_argument("--ref", type=Path, required=True, help="the problem's reference file (Model, get_inputs)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--perf-trials", type=int, default=100)
+    ap.add_argument("custom", type=Path)
+    a = ap.parse_args()
+    ev = load_eval(a.kb)
+    with tempfile.TemporaryDirectory() as build:
+        result = ev.eval_kernel_against_ref(a.ref.read_text(), a.custom.read_text(), num_correct_trials=a.trials,
+                                            num_perf_trials=a.perf_trials, measure_performance=True, backend="triton",
+                                            build_dir=build, verbose=False)
+    data = result.model_dump() if hasattr(result, "model_dump") else dict(result)
+    print(json.dumps(data, indent=1, default=str))
+    return 0 if data.get("correctness") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

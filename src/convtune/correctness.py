@@ -1,0 +1,96 @@
+"""Is an output correct? Two references, one verdict.
+
+- float64: `torch.nn.functional.conv2d` in double precision, i.e. how far from exact. The relative L2 error
+  must be within the precision's tolerance (convtune.config.TOLERANCE); a wrong index gives errors of order 1.
+- torch at its own settings for that precision, compared the way KernelBench's judge compares
+  (`torch.allclose(reference, ours, atol=1e-4, rtol=1e-4)`, eval.py): cuDNN with TF32 on (torch's default for
+  fp32 convolutions) for `tf32` and `tf32_trunc`, TF32 off for `tf32x3` and `ieee`. CPU torch has no TF32, so
+  without a GPU cuDNN's TF32 is emulated: operands rounded to nearest TF32, then convolved in float64 (that
+  reproduced cuDNN's output within 2.3e-6 on L1 #50, FACTS.md); the `torch_reference` tag says which was used.
+
+`check=float64` judges by the first only; `check=kernelbench` (the default) requires both, because a
+configuration the judge would reject must never become a candidate or a pin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from convtune import bench
+from convtune.kernels.precision import round_to_tf32, torch_uses_tf32
+from convtune.problem import ConvProblem
+
+KB_ATOL = KB_RTOL = 1e-4  # KernelBench eval.py, fp32
+CHECKS = ("kernelbench", "float64")
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    message: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    unwritten: int = 0
+
+
+def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
+
+
+def torch_output(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+                 precision: str) -> tuple[torch.Tensor, str]:
+    """What a user's torch computes for this precision, and a label saying what that was."""
+    tf32 = torch_uses_tf32(precision)
+    if x.is_cuda:
+        # torch's defaults, as KernelBench runs its reference Model: benchmark off, TF32 as the precision says
+        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=tf32):
+            y = F.conv2d(x, w, b, p.stride, p.padding, p.dilation)
+        return y, f"cuDNN {'TF32' if tf32 else 'fp32'} (torch {torch.__version__})"
+    if tf32:
+        y = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None if b is None else b.double(),
+                     p.stride, p.padding, p.dilation)
+        return y.float(), "emulated cuDNN TF32 (operands rounded to nearest, float64 sum)"
+    return F.conv2d(x, w, b, p.stride, p.padding, p.dilation), "torch CPU fp32"
+
+
+def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+          precision: str, tol: float, check: str = "kernelbench") -> Verdict:
+    """Judge an output that was poisoned with NaN before the launch. Records both references' numbers
+    whatever `check` says; `check` decides which of them can fail the output."""
+    if check not in CHECKS:
+        raise ValueError(f"check={check!r} is not allowed: one of {list(CHECKS)}")
+    ref = reference(p, x, w, b)
+    c = bench.check_output(out, ref, tol)  # unwritten (NaN) elements, shape, relative L2 error
+    ref_note = "float64 on the GPU" if ref.is_cuda else "float64 on the CPU"
+    if not c.ok and ref.is_cuda and not c.unwritten and c.rel_err == c.rel_err:
+        # Confirm a failure against the CPU before calling it one: the GPU's float64 result is a GPU kernel too.
+        ref_cpu = reference(p, x.cpu(), w.cpu(), None if b is None else b.cpu())
+        c_cpu = bench.check_output(out.cpu(), ref_cpu, tol)
+        if c_cpu.ok:
+            off = float(torch.linalg.vector_norm(ref.cpu() - ref_cpu) / torch.linalg.vector_norm(ref_cpu).clamp_min(1e-300))
+            ref_note = f"float64 on the CPU (the GPU's float64 result was off by {off:.3g})"
+            ref, c = ref_cpu.to(ref.device), c_cpu
+    if c.unwritten or c.rel_err != c.rel_err:  # not written, or not comparable: nothing more to learn
+        return Verdict(False, c.message, {"rel_err": c.rel_err, "unwritten_outputs": c.unwritten}, unwritten=c.unwritten)
+    rel = c.rel_err
+    theirs, label = torch_output(p, x, w, b, precision)
+    torch_rel = float(torch.linalg.vector_norm(theirs.double() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
+    del ref
+    max_abs = float((out - theirs).abs().max()) if out.numel() else 0.0
+    matches = bool(torch.allclose(theirs, out, atol=KB_ATOL, rtol=KB_RTOL))
+    del theirs
+    # torch_rel_err tells how torch itself computed: ~1e-7 means cuDNN ran true fp32 there (no TF32 to match)
+    metrics = {"rel_err": rel, "max_abs_err_vs_torch": max_abs, "matches_torch": float(matches), "torch_rel_err": torch_rel}
+    tags = {"torch_reference": label, "float64_reference": ref_note}
+    if not rel <= tol:
+        return Verdict(False, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}", metrics, tags)
+    if check == "kernelbench" and not matches:
+        return Verdict(False, f"does not match torch ({label}) by KernelBench's allclose(atol=rtol=1e-4): "
+                              f"max |diff| {max_abs:.3g} (check=float64 judges by the float64 reference only)",
+                       metrics, tags)
+    return Verdict(True, f"relative L2 error {rel:.3g} <= {tol:.0e}; "
+                         f"{'matches' if matches else 'does not match'} torch (max |diff| {max_abs:.3g})", metrics, tags)

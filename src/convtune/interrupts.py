@@ -1,0 +1,158 @@
+"""SIGINT and SIGTERM at any moment of a run or a sweep: nothing left RUNNING, one line, exit 130 / 143.
+
+Pure standard library: the tracking room and the app both use it.
+
+- `install()` (by the entry points, before anything is created) turns both signals into `Interrupted`, a
+  BaseException, so Hydra's `except Exception` wrappers let it through to the entry point's `guard`.
+- `deferred()` marks a section that must not be cut in half (creating a run, recording its outcome, writing
+  the summary): a signal there is remembered and raised when the section ends. A second signal while one
+  is pending is raised at once, so a hung write can still be interrupted.
+- `on_interrupt(fn)` registers what to close if an interrupt ends the process (a job's run, a sweep's
+  parent); `guard` runs what is still registered, newest first, with further signals ignored.
+- `checkpoint(name)` lets a test stop the process at a named moment: with CONVTUNE_PAUSE_AT=name (or
+  name:N for the N-th time it is reached), it writes `name` to CONVTUNE_PAUSE_FILE and waits for a signal,
+  so tests deliver signals at exact points instead of after a sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_depth = 0  # nesting of deferred() sections
+_pending: Optional[int] = None  # a signal received inside a deferred section
+_closing = False  # guard() is running the cleanups: further signals are ignored
+_guarded = False  # guard() runs the entry point; before that nothing is open and a signal just ends the process
+_cleanups: list[tuple[int, Callable[[str], None]]] = []
+_next_id = 0
+_reached: dict[str, int] = {}
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM. A BaseException, like KeyboardInterrupt, so `except Exception` does not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _handler(signum: int, frame: object) -> None:
+    global _pending
+    if _closing:
+        return
+    if not _guarded:  # still importing: nothing exists yet that could be left RUNNING
+        print(f"interrupted ({signal.Signals(signum).name}) before anything started", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+    if _depth > 0 and _pending is None:
+        _pending = signum
+        return
+    _pending = None
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM through this module (main thread only; elsewhere signals are the main thread's)."""
+    if threading.current_thread() is threading.main_thread():
+        for s in _SIGNALS:
+            signal.signal(s, _handler)
+
+
+def installed() -> bool:
+    return signal.getsignal(signal.SIGINT) is _handler
+
+
+def pending() -> Optional[int]:
+    """The signal waiting for the current deferred section to end, if any."""
+    return _pending
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section a signal must not cut: the signal is raised as Interrupted when the outermost section ends."""
+    global _depth, _pending
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+    if _depth == 0 and _pending is not None and not _closing:
+        signum, _pending = _pending, None
+        raise Interrupted(signum)
+
+
+class Registration:
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+
+    def cancel(self) -> None:
+        _cleanups[:] = [(i, f) for i, f in _cleanups if i != self.ident]
+
+
+def on_interrupt(cleanup: Callable[[str], None]) -> Registration:
+    """Run `cleanup(signal_name)` if an interrupt ends the process before `.cancel()` is called."""
+    global _next_id
+    _next_id += 1
+    _cleanups.append((_next_id, cleanup))
+    return Registration(_next_id)
+
+
+def close_all(signal_name: str) -> list[str]:
+    """Run every registered cleanup, newest first, each once; returns the errors they raised, one line each."""
+    global _closing
+    _closing = True
+    errors = []
+    while _cleanups:
+        _, fn = _cleanups.pop()
+        try:
+            fn(signal_name)
+        except Exception as e:  # noqa: BLE001 - one failing cleanup must not stop the others
+            errors.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+    return errors
+
+
+def guard(main: Callable[[], object]) -> object:
+    """Run an entry point: on SIGINT/SIGTERM close what is open, print one line, exit 128 + signal."""
+    global _guarded
+    install()
+    _guarded = True
+    try:
+        return main()
+    except (Interrupted, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        errors = close_all(name)
+        for err in errors:
+            print(f"warning: while closing runs after {name}: {err}", file=sys.stderr)
+        print(f"interrupted ({name}): finished runs kept, open runs marked KILLED", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+
+
+def checkpoint(name: str) -> None:
+    """A named moment where a test may hold the process (see the module docstring); free otherwise."""
+    want = os.environ.get("CONVTUNE_PAUSE_AT")
+    if not want:
+        return
+    point, _, nth = want.partition(":")
+    if point != name:
+        return
+    _reached[name] = _reached.get(name, 0) + 1
+    if _reached[name] != int(nth or 1):
+        return
+    marker = os.environ.get("CONVTUNE_PAUSE_FILE")
+    if marker:
+        with open(marker, "w") as f:
+            f.write(name)
+    deadline = time.monotonic() + 120  # never hang a test run forever
+    while _pending is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the handler raises Interrupted here, or sets _pending inside a deferred section

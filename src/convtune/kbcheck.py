@@ -1,0 +1,89 @@
+"""Check an exported KernelBench file the way KernelBench's judge does (eval.py, eval_kernel_against_ref):
+the reference `Model` and the file's `ModelNew` built right after the same seed (so their parameters agree
+only if ModelNew creates them in nn.Conv2d's order), several trials on fresh `torch.rand` inputs, each
+compared with `torch.allclose(reference, new, atol=1e-4, rtol=1e-4)` with torch at its defaults (cuDNN,
+TF32 on for convolutions), then both timed with the L2 cache flushed before every call. GPU only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from convtune import bench
+from convtune.correctness import KB_ATOL, KB_RTOL
+from convtune.problem import ConvProblem
+
+
+@dataclass
+class KernelBenchVerdict:
+    path: Path
+    trials: int
+    passed: int
+    max_abs_diff: list[float] = field(default_factory=list)
+    ref_ms: float = float("nan")
+    new_ms: float = float("nan")
+    error: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return not self.error and self.passed == self.trials
+
+    def report(self) -> str:
+        if self.error:
+            return f"KernelBench-style check of {self.path}: FAILED to run: {self.error}"
+        diffs = ", ".join(f"{d:.2g}" for d in self.max_abs_diff)
+        head = (f"KernelBench-style check of {self.path}: {self.passed}/{self.trials} trials correct "
+                f"(allclose atol=rtol=1e-4; max |diff| per trial: {diffs})")
+        if not self.correct:
+            return head + " → INCORRECT"
+        return head + f"\ntiming (L2 flushed, median): Model {self.ref_ms:.4f} ms, ModelNew {self.new_ms:.4f} ms, " \
+                      f"speedup {self.ref_ms / self.new_ms:.2f}x"
+
+
+class _Reference(torch.nn.Module):
+    """KernelBench's level-1 conv Model: one nn.Conv2d called conv1, run by torch at its defaults."""
+
+    def __init__(self, p: ConvProblem) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(p.in_channels, p.out_channels, (p.kernel_h, p.kernel_w), stride=p.stride,
+                                     padding=p.padding, dilation=p.dilation, bias=p.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv1(x)
+
+
+def load_model_new(path: Path) -> type:
+    spec = importlib.util.spec_from_file_location(f"kb_export_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.ModelNew
+
+
+def check_file(path: Path, p: ConvProblem, trials: int = 5, seed: int = 42) -> KernelBenchVerdict:
+    verdict = KernelBenchVerdict(path, trials, 0)
+    dev = torch.device("cuda")
+    try:
+        model_new_cls = load_model_new(path)
+        torch.manual_seed(seed)
+        ref = _Reference(p).to(dev)
+        torch.manual_seed(seed)
+        new = model_new_cls().to(dev)
+        with torch.no_grad():
+            for t in range(trials):
+                torch.manual_seed(seed + 1 + t)
+                x = torch.rand(p.input_shape).to(dev)  # KernelBench's get_inputs: torch.rand on the host
+                want, got = ref(x), new(x)
+                torch.cuda.synchronize()
+                verdict.max_abs_diff.append(float((want - got).abs().max()))
+                verdict.passed += bool(torch.allclose(want, got, atol=KB_ATOL, rtol=KB_RTOL))
+            if verdict.correct:
+                settings = bench.TimingSettings(rounds=5, reps=20, warmup=3)
+                verdict.ref_ms = bench.time_gpu(lambda: ref(x), settings, dev).median_ms
+                verdict.new_ms = bench.time_gpu(lambda: new(x), settings, dev).median_ms
+    except Exception as e:  # noqa: BLE001 - a file that does not run is a verdict, with its reason
+        verdict.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return verdict

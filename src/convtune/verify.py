@@ -1,0 +1,279 @@
+"""`python -m convtune.verify`: every kernel variant × precision on many random shapes, against float64 and
+against torch as KernelBench compares; every failure listed with its shape; exit 1 on any.
+
+Run it after editing a kernel, on a GPU: the Triton interpreter cannot see GPU-only bugs (alignment and
+contiguity hints, vector widths, layouts), which is why this command exists. Without a GPU it runs a small
+sample of small shapes through the interpreter (the test suite does that).
+
+    python -m convtune.verify                                   # 1000 shapes per variant × precision on the GPU
+    python -m convtune.verify --shapes 200 --variants implicit_gemm --precisions tf32 --workers 8
+    python -m convtune.verify --device interpreter --shapes 10  # CPU, small shapes
+
+A case draws: batch 1–16, 1–64 input and 1–1024 output channels, kernel 1–7 (sometimes 11), stride 1–5,
+dilation 1–3, padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
+bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
+default for the problem's class, which is what the library runs). A configuration the GPU cannot hold
+(Triton's OutOfResources) is counted as skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+MAX_ELEMENTS = 2**24  # per tensor: keeps a case's float64 reference small and quick
+# ok; wrong (against float64, confirmed on the CPU); torch_mismatch (right, but not torch's own result by
+# KernelBench's allclose); cudnn_ran_fp32 (a tf32 output next to torch's true-fp32 result: nothing to match);
+# bad_reference (the GPU's float64 reference disagreed with the CPU's, and the output agreed with the CPU's);
+# error (the launch raised); skipped (out of resources: the configuration does not fit this GPU)
+OUTCOMES = ("ok", "wrong", "torch_mismatch", "cudnn_ran_fp32", "bad_reference", "error", "skipped")
+
+
+@dataclass
+class Case:
+    index: int
+    variant: str
+    precision: str
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    bias: bool
+    offset: int  # elements between the storage's start and the input's first element (unaligned if odd)
+    init: str  # rand (KernelBench) or randn
+    meta: Optional[dict[str, int]]  # None: the variant's default for the problem's class
+    seed: int
+
+    def label(self) -> str:
+        meta = "default" if self.meta is None else "M{BLOCK_M}-N{BLOCK_N}-K{BLOCK_K}-w{num_warps}-s{num_stages}".format(**self.meta)
+        return (f"{self.variant}/{self.precision} n={self.n} c={self.c} h={self.h} w={self.w} k={self.k} "
+                f"r={self.kh}x{self.kw} s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]} "
+                f"d={self.dilation[0]}x{self.dilation[1]} bias={int(self.bias)} offset={self.offset} init={self.init} "
+                f"meta={meta}")
+
+
+def _out(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def draw_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
+    """One random case; `small` keeps it cheap enough for the interpreter."""
+    def log_int(lo: int, hi: int) -> int:
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+    while True:
+        kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
+        dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
+        sh, sw = rng.randint(1, 3 if small else 5), rng.randint(1, 3 if small else 5)
+        ph, pw = rng.randint(0, dh * (kh - 1) + 2), rng.randint(0, dw * (kw - 1) + 2)  # up to wider than the kernel
+        c = rng.randint(1, 4) if small else log_int(1, 64)
+        k = rng.choice([rng.randint(1, 20), rng.randint(17, 40)]) if small else log_int(1, 1024)
+        n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
+        lo_h, lo_w = max(1, dh * (kh - 1) + 1 - 2 * ph), max(1, dw * (kw - 1) + 1 - 2 * pw)
+        h, w = rng.randint(lo_h, lo_h + (12 if small else 80)), rng.randint(lo_w, lo_w + (12 if small else 80))
+        oh, ow = _out(h, kh, sh, ph, dh), _out(w, kw, sw, pw, dw)
+        if oh < 1 or ow < 1 or c * kh * kw > 1024:  # 1024: the seed kernel unrolls K, keep its compile short
+            continue
+        if max(n * c * h * w, n * k * oh * ow) > (2**14 if small else MAX_ELEMENTS):
+            continue
+        break
+    meta = None if rng.random() < 0.3 else _draw_meta(rng, small)
+    return Case(index, variant, precision, n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), rng.random() < 0.7,
+                rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31))
+
+
+def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:
+    while True:
+        m = dict(BLOCK_M=rng.choice([16, 32] if small else [32, 64, 128, 256]),
+                 BLOCK_N=rng.choice([16, 32] if small else [16, 32, 64, 128]),
+                 BLOCK_K=rng.choice([16, 32] if small else [16, 32, 64]),
+                 num_warps=rng.choice([2, 4] if small else [2, 4, 8]), num_stages=rng.choice([1, 2, 3, 4]))
+        if (m["BLOCK_M"] + m["BLOCK_N"]) * m["BLOCK_K"] * 4 * m["num_stages"] <= 160 * 1024:  # fits shared memory
+            return m
+
+
+def run_case(case: Case, device: str) -> dict[str, Any]:
+    """Launch one case into a NaN-poisoned output and judge it; never raises for a kernel's failure."""
+    import torch
+
+    from convtune.config import TOLERANCE
+    from convtune.correctness import judge
+    from convtune.kernels import Meta, get_variant
+    from convtune.problem import ConvProblem
+
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    g = torch.Generator(device=dev).manual_seed(case.seed)
+    p = ConvProblem("verify", case.n, case.c, case.h, case.w, case.k, case.kh, case.kw, case.stride, case.padding,
+                    case.dilation, 1, case.bias)
+    draw = torch.rand if case.init == "rand" else torch.randn
+    storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev)
+    x = storage[case.offset:].view(case.n, case.c, case.h, case.w)
+    bound = 1 / math.sqrt(case.c * case.kh * case.kw)  # torch.nn.Conv2d's initialisation
+    w = (torch.rand(case.k, case.c, case.kh, case.kw, generator=g, device=dev) * 2 - 1) * bound
+    b = (torch.rand(case.k, generator=g, device=dev) * 2 - 1) * bound if case.bias else None
+    variant = get_variant(case.variant)
+    meta = Meta(**case.meta) if case.meta else variant.default_meta(case.k, case.stride[1], case.w, case.precision)
+    out = torch.full(p.output_shape, float("nan"), device=dev)
+    result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
+    start = time.monotonic()
+    try:
+        variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - a case that cannot run is a result, not a crash
+        kind = "skipped" if type(e).__name__ == "OutOfResources" else "error"
+        return {**result, "outcome": kind, "message": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+    launched_s = time.monotonic() - start
+    v = judge(out, p, x, w, b, case.precision, TOLERANCE[case.precision], check="float64")
+    if v.ok and "was off by" in v.tags["float64_reference"]:  # right, by the CPU's reference
+        return {**result, "outcome": "bad_reference", "message": f"{v.message}; reference: {v.tags['float64_reference']}",
+                "launch_s": launched_s}
+    mismatch = v.ok and v.metrics.get("matches_torch") == 0.0
+    if mismatch and case.precision == "tf32" and v.metrics["torch_rel_err"] < 1e-5:
+        outcome = "cudnn_ran_fp32"  # torch chose a true-fp32 algorithm here: no TF32 rounding to agree with
+    else:
+        outcome = "wrong" if not v.ok else ("torch_mismatch" if mismatch else "ok")
+    return {**result, "outcome": outcome, "message": v.message, "launch_s": launched_s, "judge_s": time.monotonic() - start - launched_s,
+            **{k: v.metrics.get(k) for k in ("rel_err", "max_abs_err_vs_torch", "torch_rel_err")}}
+
+
+def _worker(args: tuple[list[Case], str]) -> list[dict[str, Any]]:
+    cases, device = args
+    if device == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    return [{**asdict(c), **run_case(c, device)} for c in cases]
+
+
+def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool) -> list[Case]:
+    cases = []
+    for v in variants:
+        for prec in precisions:
+            rng = random.Random(f"{seed}/{v}/{prec}")
+            cases += [draw_case(rng, i, v, prec, small) for i in range(shapes)]
+    return cases
+
+
+def run_all(cases: list[Case], device: str, workers: int, max_seconds: Optional[float] = None) -> list[dict[str, Any]]:
+    """Every case (or as many as fit in max_seconds), failures printed as they come."""
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    results: list[dict[str, Any]] = []
+    cases = sorted(cases, key=lambda c: (c.index, c.variant, c.precision))  # a partial run covers every pair alike
+
+    def take(r: dict[str, Any]) -> bool:
+        results.append(r)
+        if r["outcome"] in ("wrong", "error", "bad_reference"):  # bad_reference: worth seeing, not a kernel failure
+            print(f"  found {r['outcome']}: {r['case']}: {r['message']}", flush=True)
+        if len(results) % 100 == 0:
+            print(f"  {len(results)}/{len(cases)} cases done", flush=True)
+        return deadline is not None and time.monotonic() > deadline
+
+    if workers <= 1:
+        for c in cases:
+            if take(_worker(([c], device))[0]):
+                break
+        return results
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(workers) as pool:
+        for part in pool.imap_unordered(_worker, [([c], device) for c in cases], chunksize=1):
+            if take(part[0]):
+                pool.terminate()
+                break
+    return results
+
+
+def report(results: list[dict[str, Any]], strict_torch: bool) -> tuple[str, int]:
+    """The failure lines and a table per variant × precision; returns (text, number of failures)."""
+    from convtune.kernels.precision import promises_torch_match
+
+    lines, rows, failures = [], {}, 0
+    for r in results:
+        key = (r["variant"], r["precision"])
+        row = rows.setdefault(key, {o: 0 for o in ("cases",) + OUTCOMES})
+        row["cases"] += 1
+        row[r["outcome"]] += 1
+        fails = r["outcome"] in ("wrong", "error") or (strict_torch and r["outcome"] == "torch_mismatch"
+                                                         and promises_torch_match(r["precision"]))
+        failures += fails
+        if r["outcome"] not in ("ok", "skipped", "cudnn_ran_fp32"):
+            lines.append(f"{'FAIL' if fails else 'note'} {r['outcome']}: {r['case']}: {r['message']}")
+    table = ["| variant | precision | cases | " + " | ".join(OUTCOMES) + " |", "|---|---|---|" + "---|" * len(OUTCOMES)]
+    table += [f"| {v} | {p} | {r['cases']} | " + " | ".join(str(r[o]) for o in OUTCOMES) + " |"
+              for (v, p), r in sorted(rows.items())]
+    return "\n".join(lines + [""] + table), failures
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m convtune.verify", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
+    ap.add_argument("--variants", default=None, help="comma-separated; default: every variant")
+    ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")
+    ap.add_argument("--device", choices=["auto", "cuda", "interpreter"], default="auto")
+    ap.add_argument("--strict-torch", action=argparse.BooleanOptionalAction, default=True,
+                    help="a mismatch with torch by KernelBench's allclose is a failure, except for tf32_trunc, "
+                         "which truncates by design (default: yes)")
+    ap.add_argument("--out", default=None, help="write every case and its result as JSON lines")
+    ap.add_argument("--replay", default=None, help="run again the cases of an --out file whose outcome was not ok")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="stop starting cases after this long and report those done (the count says how many)")
+    a = ap.parse_args(argv)
+    import torch
+
+    device = a.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "interpreter"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda: no CUDA device is visible (--device interpreter runs small shapes on the CPU)", file=sys.stderr)
+        return 2
+    if device == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+        print("no GPU: small shapes through the Triton interpreter, which cannot see GPU-only bugs", flush=True)
+    from convtune.kernels import VARIANTS
+    from convtune.kernels.precision import PRECISIONS
+
+    variants = a.variants.split(",") if a.variants else sorted(VARIANTS)
+    precisions = a.precisions.split(",") if a.precisions else list(PRECISIONS)
+    for name, got, allowed in (("--variants", variants, sorted(VARIANTS)), ("--precisions", precisions, list(PRECISIONS))):
+        bad = [g for g in got if g not in allowed]
+        if bad:
+            print(f"error: {name} {','.join(bad)} is not allowed: one of {allowed}", file=sys.stderr)
+            return 2
+    shapes = a.shapes if a.shapes is not None else (1000 if device == "cuda" else 8)
+    cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter")
+    if a.replay:
+        with open(a.replay) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        cases = [Case(**{k: tuple(r[k]) if isinstance(r[k], list) else r[k] for k in Case.__dataclass_fields__})
+                 for r in rows if r["outcome"] not in ("ok", "skipped")]
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "interpreter"
+    what = f"replayed from {a.replay}" if a.replay else f"{shapes} per variant × precision, seed {a.seed}"
+    print(f"verify: {len(cases)} cases ({what}) on {gpu}", flush=True)
+    results = run_all(cases, device, a.workers, a.max_seconds)
+    if len(results) < len(cases):
+        print(f"stopped after --max-seconds {a.max_seconds:g}: {len(results)} of {len(cases)} cases run")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in results)
+    text, failures = report(results, a.strict_torch)
+    print(text)
+    print(f"{failures} failure(s) in {len(results)} cases" + ("" if failures == 0 else ": see the FAIL lines above"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

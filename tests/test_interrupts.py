@@ -1,0 +1,123 @@
+"""SIGINT/SIGTERM at named moments of a real `python run.py` sweep or run: nothing is left RUNNING.
+
+Deterministic: the process is held at a named point (convtune.interrupts.checkpoint, through
+CONVTUNE_PAUSE_AT) and the signal is sent only once it has written the marker file, never after a sleep.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from convtune import interrupts
+from tests.conftest import ROOT
+
+
+def start_held(tmp_path, store, point, *args):
+    """Start run.py held at `point`; return the process once it is there."""
+    marker = tmp_path / "paused"
+    cmd = [sys.executable, "run.py", *args, "problem=tiny", "bench=fast", f"tracking.uri={store}",
+           f"pins_file={tmp_path / 'pins.yaml'}", f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": point, "CONVTUNE_PAUSE_FILE": str(marker)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not marker.exists():  # polling a file the process writes: a wait, not a guess about timing
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"never reached {point!r} (rc {proc.returncode}):\n{out}\n{err}")
+        time.sleep(0.02)
+    return proc
+
+
+def all_runs(store):
+    c = MlflowClient(store)
+    exp = c.get_experiment_by_name("tiny [interpreter]")
+    return c, (c.search_runs([exp.experiment_id], max_results=1000) if exp else [])
+
+
+# point (occurrence) → (children FINISHED, children KILLED) once the signal has been handled, sweep of 2 jobs
+SWEEP_POINTS = {
+    "sweep_started": (0, 0),   # the parent exists, no child yet
+    "job_running": (0, 1),     # the first child is measuring
+    "job_finished:1": (1, 0),  # between the two jobs, in Hydra's own code
+    "job_running:2": (1, 1),   # the second child is measuring
+    "summary": (2, 0),         # during the final summary
+}
+
+
+# SIGINT at every point; SIGTERM (the same handler) where a child is open and where none is
+CASES = [(p, signal.SIGINT) for p in SWEEP_POINTS] + [(p, signal.SIGTERM) for p in ("job_running:2", "job_finished:1")]
+
+
+@pytest.mark.parametrize("point,sig", CASES, ids=[f"{p}-{s.name}" for p, s in CASES])
+def test_a_signal_anywhere_in_a_sweep_leaves_nothing_running(tmp_path, store, point, sig):
+    proc = start_held(tmp_path, store, point, "-m", "num_warps=2,4")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    assert err.strip().splitlines()[-1] == f"interrupted ({sig.name}): finished runs kept, open runs marked KILLED"
+    c, runs = all_runs(store)
+    assert "RUNNING" not in [r.info.status for r in runs]
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    kids = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    finished, killed = SWEEP_POINTS[point]
+    assert [r.info.status for r in kids].count("FINISHED") == finished
+    assert [r.info.status for r in kids].count("KILLED") == killed and len(kids) == finished + killed
+    assert all(r.data.tags["status"] == "killed" and r.data.tags["error.message"] == f"interrupted ({sig.name})"
+               for r in kids if r.info.status == "KILLED")
+    assert parent.info.status == "KILLED" and parent.data.tags["status"] == "killed"
+    assert parent.data.metrics["n_ok"] == finished
+    assert "summary.md" in [a.path for a in c.list_artifacts(parent.info.run_id)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_single_run_marks_it_killed(tmp_path, store, sig):
+    proc = start_held(tmp_path, store, "job_running")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig and "Traceback" not in err, (out, err)
+    _, (run,) = all_runs(store)
+    assert run.info.status == "KILLED" and run.data.tags["status"] == "killed"
+
+
+def test_a_signal_inside_a_deferred_section_waits_for_its_end():
+    """In-process: the handler is ours, the section completes, then Interrupted is raised once."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    done = []
+    try:
+        interrupts.install()
+        interrupts._guarded = True
+        with pytest.raises(interrupts.Interrupted) as e:
+            with interrupts.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert interrupts.pending() == signal.SIGTERM
+                done.append("section finished")
+        assert done == ["section finished"] and e.value.exit_code == 143
+        assert interrupts.pending() is None
+        with pytest.raises(interrupts.Interrupted):  # outside a section: at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    finally:
+        interrupts._guarded = False
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def test_cleanups_run_newest_first_and_each_once():
+    seen = []
+    a = interrupts.on_interrupt(lambda sig: seen.append(("parent", sig)))
+    interrupts.on_interrupt(lambda sig: seen.append(("child", sig)))
+    gone = interrupts.on_interrupt(lambda sig: seen.append(("cancelled", sig)))
+    gone.cancel()
+    try:
+        assert interrupts.close_all("SIGINT") == [] and seen == [("child", "SIGINT"), ("parent", "SIGINT")]
+        assert interrupts.close_all("SIGINT") == [] and len(seen) == 2
+    finally:
+        interrupts._closing = False
+        a.cancel()
