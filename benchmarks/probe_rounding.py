@@ -47,7 +47,7 @@ def main() -> None:
             plan.constexprs["ROUND_A"] = bool(mode)
             wp = ig.pack_weight(w, g.padding[1], vec, round_tf32=mode != 0)[0]
             out = torch.full(p.output_shape, float("nan"), device=dev)
-            fn = (lambda plan=plan, wp=wp, out=out: ig._conv2d_igemm_kernel[plan.grid](x, wp, b, out, **plan.constexprs))
+            fn = (lambda plan=plan, wp=wp, out=out: ig._conv2d_igemm_kernel[plan.grid](x, wp, b, out, **plan.constexprs, LLVM_OPT="O3"))
             try:
                 k = fn()
             except Exception as e:  # noqa: BLE001

@@ -92,7 +92,8 @@ def test_the_shapes_the_gpu_got_wrong_are_right_in_the_interpreter(row):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="open: wrong results on an H200 (triton 3.6) for these shapes; see issue 8's note")
 def test_the_shapes_the_gpu_got_wrong_are_right_on_the_gpu():
+    """Triton 3.6's O3 binaries for these shapes were wrong on an H200; the one-time check (kernels/llvm_opt.py)
+    must catch each one and run it at O0."""
     results = [run_case(case_of(r), "cuda") for r in REGRESSIONS]
-    assert all(r["outcome"] != "wrong" for r in results), [r["case"] for r in results if r["outcome"] == "wrong"]
+    assert all(r["outcome"] not in ("wrong", "error") for r in results), [r["case"] for r in results if r["outcome"] == "wrong"]

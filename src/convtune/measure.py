@@ -98,6 +98,7 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     verdict = judge(out, p, x, w, b, precision, tol, check)
     metrics: dict[str, float] = {**verdict.metrics, "compile_s": compile_s}
     tags: dict[str, str] = dict(verdict.tags)
+    tags["llvm_opt"] = launched.llvm_opt  # O0: Triton's O3 binary failed its one-time check (kernels/llvm_opt.py)
     if launched.n_regs is not None:
         metrics.update(registers=launched.n_regs, spills=launched.n_spills, shared_mem_bytes=launched.shared_bytes)
         occ = occupancy(launched.n_regs, launched.shared_bytes or 0, meta.num_warps, sm_limits(dev))

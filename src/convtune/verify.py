@@ -19,6 +19,7 @@ default for the problem's class, which is what the library runs). A configuratio
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 MAX_ELEMENTS = 2**24  # per tensor: keeps a case's float64 reference small and quick
 # ok; wrong (against float64, confirmed on the CPU); torch_mismatch (right, but not torch's own result by
@@ -130,11 +131,14 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
     start = time.monotonic()
     try:
-        variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out)
+        launched = variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out)
+        result["llvm_opt"] = launched.llvm_opt
         if dev.type == "cuda":
             torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - a case that cannot run is a result, not a crash
-        kind = "skipped" if type(e).__name__ == "OutOfResources" else "error"
+        # OutOfResources: too much shared memory; "out of memory" at module load: too much local memory for the
+        # spills of a huge tile (seen: M256-N128-K64 with 2 warps). Either way the configuration does not fit.
+        kind = "skipped" if type(e).__name__ == "OutOfResources" or "out of memory" in str(e) else "error"
         return {**result, "outcome": kind, "message": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
     launched_s = time.monotonic() - start
     v = judge(out, p, x, w, b, case.precision, TOLERANCE[case.precision], check="float64")
@@ -166,14 +170,18 @@ def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: in
     return cases
 
 
-def run_all(cases: list[Case], device: str, workers: int, max_seconds: Optional[float] = None) -> list[dict[str, Any]]:
-    """Every case (or as many as fit in max_seconds), failures printed as they come."""
+def run_all(cases: list[Case], device: str, workers: int, max_seconds: Optional[float] = None,
+            sink: Optional[Callable[[dict[str, Any]], None]] = None) -> list[dict[str, Any]]:
+    """Every case (or as many as fit in max_seconds), failures printed and each result given to `sink` as it
+    comes, so that a run cut short keeps what it found."""
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     results: list[dict[str, Any]] = []
     cases = sorted(cases, key=lambda c: (c.index, c.variant, c.precision))  # a partial run covers every pair alike
 
     def take(r: dict[str, Any]) -> bool:
         results.append(r)
+        if sink is not None:
+            sink(r)
         if r["outcome"] in ("wrong", "error", "bad_reference"):  # bad_reference: worth seeing, not a kernel failure
             print(f"  found {r['outcome']}: {r['case']}: {r['message']}", flush=True)
         if len(results) % 100 == 0:
@@ -186,12 +194,20 @@ def run_all(cases: list[Case], device: str, workers: int, max_seconds: Optional[
                 break
         return results
     import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    with mp.get_context("spawn").Pool(workers) as pool:
-        for part in pool.imap_unordered(_worker, [([c], device) for c in cases], chunksize=1):
-            if take(part[0]):
-                pool.terminate()
-                break
+    # One case per worker in flight: after the deadline nothing new starts and those in flight finish, so
+    # no worker is killed inside a CUDA call (terminating a pool there hung on the GPU machine).
+    todo = iter(cases)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        running = {pool.submit(_worker, ([c], device)) for c in itertools.islice(todo, workers)}
+        stop = False
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                stop = take(f.result()[0]) or stop
+            if not stop:
+                running |= {pool.submit(_worker, ([c], device)) for c in itertools.islice(todo, len(done))}
     return results
 
 
@@ -213,6 +229,13 @@ def report(results: list[dict[str, Any]], strict_torch: bool) -> tuple[str, int]
     table = ["| variant | precision | cases | " + " | ".join(OUTCOMES) + " |", "|---|---|---|" + "---|" * len(OUTCOMES)]
     table += [f"| {v} | {p} | {r['cases']} | " + " | ".join(str(r[o]) for o in OUTCOMES) + " |"
               for (v, p), r in sorted(rows.items())]
+    levels: dict[str, int] = {}
+    for r in results:
+        if r.get("llvm_opt") not in (None, "none"):
+            levels[r["llvm_opt"]] = levels.get(r["llvm_opt"], 0) + 1
+    if levels:  # kernels/llvm_opt.py: a binary found wrong at Triton's O3 by its one-time check runs at O0
+        table.append("binaries by LLVM level (a wrong O3 binary is recompiled at O0): "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(levels.items())))
     return "\n".join(lines + [""] + table), failures
 
 
@@ -263,12 +286,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     gpu = torch.cuda.get_device_name() if device == "cuda" else "interpreter"
     what = f"replayed from {a.replay}" if a.replay else f"{shapes} per variant × precision, seed {a.seed}"
     print(f"verify: {len(cases)} cases ({what}) on {gpu}", flush=True)
-    results = run_all(cases, device, a.workers, a.max_seconds)
+    out_file = open(a.out, "w") if a.out else None
+    try:
+        results = run_all(cases, device, a.workers, a.max_seconds,
+                          sink=None if out_file is None else lambda r: (out_file.write(json.dumps(r) + "\n"), out_file.flush()))
+    finally:
+        if out_file is not None:
+            out_file.close()
     if len(results) < len(cases):
         print(f"stopped after --max-seconds {a.max_seconds:g}: {len(results)} of {len(cases)} cases run")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in results)
     text, failures = report(results, a.strict_torch)
     print(text)
     print(f"{failures} failure(s) in {len(results)} cases" + ("" if failures == 0 else ": see the FAIL lines above"))

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from convtune.errors import ConfigError
-from convtune.kernels import implicit_gemm, pins, seed
+from convtune.kernels import implicit_gemm, llvm_opt, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
+
+
+llvm_opt.install()  # our kernels compile at llvm_opt's level (a workaround for an LLVM miscompile)
 
 
 @dataclass(frozen=True)

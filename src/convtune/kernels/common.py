@@ -158,11 +158,13 @@ class Launched:
     n_regs: Optional[int] = None
     n_spills: Optional[int] = None
     shared_bytes: Optional[int] = None
+    llvm_opt: str = "none"  # the LLVM level the binary was compiled at (kernels/llvm_opt.py); none: interpreter
 
     @staticmethod
-    def from_compiled(out: torch.Tensor, compiled: Any) -> "Launched":
+    def from_compiled(out: torch.Tensor, compiled: Any, llvm_opt: str = "none") -> "Launched":
         # The Triton interpreter returns no compiled kernel, and so no resource figures.
         if compiled is None or not hasattr(compiled, "n_regs"):
-            return Launched(out)
+            return Launched(out, llvm_opt=llvm_opt)
         shared = getattr(getattr(compiled, "metadata", None), "shared", None)
-        return Launched(out, int(compiled.n_regs), int(compiled.n_spills), None if shared is None else int(shared))
+        return Launched(out, int(compiled.n_regs), int(compiled.n_spills), None if shared is None else int(shared),
+                        llvm_opt)

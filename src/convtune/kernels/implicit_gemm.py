@@ -24,6 +24,8 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
+from convtune.kernels import llvm_opt
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
@@ -37,6 +39,7 @@ def _conv2d_igemm_kernel(
     PH: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, VEC: tl.constexpr,
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
     # Reduction index k = (c·KH + r)·KWP + jj: jj runs over a kernel row padded to KWP (a multiple of VEC)
     # with zero weights, starting at column offset J0 (a multiple of VEC) from SW·ow. With DW == 1, each run
@@ -144,6 +147,8 @@ class LaunchPlan:
     vec: int
     round_weight: bool
     constexprs: dict
+    binary_key: tuple  # what, besides alignment, tells one compiled binary from another
+
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: str) -> LaunchPlan:
@@ -155,14 +160,40 @@ def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: 
         HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds_operands(precision), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages)
     grid = (g.n * tiles_per_img, triton.cdiv(g.c_out, meta.BLOCK_N))
-    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), constexprs)
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), constexprs,
+                      tuple(sorted(constexprs.items())))
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> Any:
-    """Launch a plan on tensors that match it (the caller has checked them). Returns the compiled kernel."""
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (the caller has checked them). Returns the compiled kernel and
+    the LLVM level it was compiled at (llvm_opt: a new binary is checked once, see there)."""
     w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
-    return _conv2d_igemm_kernel[plan.grid](x, w, bias if bias is not None else x, out, **plan.constexprs)
+    b = bias if bias is not None else x
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT="none"), "none"
+    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out),
+                            lambda: f"implicit_gemm {plan.constexprs}")
+    with llvm_opt.compiling_at(level):
+        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT=level), level
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor,
+              bias: Optional[torch.Tensor], out: torch.Tensor) -> bool:
+    """Compile the plan's binary at `level` and run it on one random image (N is no constexpr: the binary is
+    the same for any batch) against float64. Inputs keep the real ones' 16-byte alignment."""
+    cx = plan.constexprs
+    gen = torch.Generator(device=x.device).manual_seed(20261122)
+    xs = aligned_random((1,) + tuple(x.shape[1:]), x, gen)
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    wp = pack_weight(ws, plan.pad_w, plan.vec, plan.round_weight)[0] if w is not weight else ws
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    outs = aligned_nan((1,) + tuple(out.shape[1:]), out)
+    grid = (plan.grid[0] // x.shape[0], plan.grid[1])
+    with llvm_opt.compiling_at(level):
+        _conv2d_igemm_kernel[grid](xs, wp, bs if bs is not None else xs, outs, **cx, LLVM_OPT=level)
+    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], plan.pad_w), (cx["DH"], cx["DW"]), cx["PRECISION"])
 
 
 def launch(
@@ -184,7 +215,8 @@ def launch(
     if vec is None:
         vec = choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
     plan = make_plan(g, bias is not None, vec, meta, precision)
-    return Launched.from_compiled(out, run(plan, x, weight, bias, out))
+    compiled, level = run(plan, x, weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
