@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from convtune.kernels import Meta, get_variant, llvm_opt
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random, check_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +89,16 @@ def test_check_inputs_keep_the_real_tensors_16_byte_alignment(skew):
     assert made.data_ptr() % 16 == real.data_ptr() % 16 == nan.data_ptr() % 16
     assert made.shape == nan.shape == (3, 7) and made.abs().max() <= 1 and made.std() > 0.3
     assert torch.isnan(nan).all()
+
+
+def test_check_inputs_are_the_real_calls_shapes_and_alignment_with_another_batch():
+    x, w, b = (torch.empty(200)[k:k + n] for k, n in ((1, 2 * 3 * 4 * 5), (2, 6 * 3 * 2 * 2), (0, 6)))
+    x, w = x.view(2, 3, 4, 5), w.view(6, 3, 2, 2)
+    out = torch.empty(160)[3:3 + 2 * 6 * 3 * 4].view(2, 6, 3, 4)
+    xs, ws, bs, outs = check_inputs(1, x, w, b, out)
+    assert (xs.shape, ws.shape, bs.shape, outs.shape) == ((1, 3, 4, 5), w.shape, b.shape, (1, 6, 3, 4))
+    assert [t.data_ptr() % 16 for t in (xs, ws, bs, outs)] == [t.data_ptr() % 16 for t in (x, w, b, out)]
+    assert torch.isnan(outs).all() and check_inputs(1, x, w, None, out)[2] is None
 
 
 @pytest.mark.parametrize("variant", ["implicit_gemm", "seed"])

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
 from convtune.kernels import llvm_opt
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
@@ -184,12 +184,8 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     """Compile the plan's binary at `level` and run it on one random image (N is no constexpr: the binary is
     the same for any batch) against float64. Inputs keep the real ones' 16-byte alignment."""
     cx = plan.constexprs
-    gen = torch.Generator(device=x.device).manual_seed(20261122)
-    xs = aligned_random((1,) + tuple(x.shape[1:]), x, gen)
-    ws = aligned_random(tuple(weight.shape), weight, gen)
+    xs, ws, bs, outs = check_inputs(1, x, weight, bias, out)
     wp = pack_weight(ws, plan.pad_w, plan.vec, plan.round_weight)[0] if w is not weight else ws
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    outs = aligned_nan((1,) + tuple(out.shape[1:]), out)
     grid = (plan.grid[0] // x.shape[0], plan.grid[1])
     with llvm_opt.compiling_at(level):
         _conv2d_igemm_kernel[grid](xs, wp, bs if bs is not None else xs, outs, **cx, LLVM_OPT=level)

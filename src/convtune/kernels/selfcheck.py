@@ -3,7 +3,8 @@ with the alignment of the real call, and the test that tells a miscompiled binar
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -13,23 +14,30 @@ import torch.nn.functional as F
 TOLERANCE = {"tf32": 5e-3, "tf32x3": 1e-4, "ieee": 1e-4}
 
 
-def aligned_random(shape: tuple[int, ...], like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Uniform(-1, 1) values in a new tensor whose data pointer has `like`'s offset from a 16-byte boundary,
-    so that Triton compiles the same specialisation (it keys binaries on 16-byte pointer alignment)."""
+def _aligned(shape: tuple[int, ...], like: torch.Tensor, fill: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    """A new tensor whose data pointer has `like`'s offset from a 16-byte boundary, so that Triton compiles the
+    same specialisation as for `like` (it keys binaries on 16-byte pointer alignment)."""
     skew = (like.data_ptr() % 16) // like.element_size()
-    numel = 1
-    for s in shape:
-        numel *= s
-    storage = torch.rand(skew + numel, generator=gen, device=like.device, dtype=like.dtype) * 2 - 1
-    return storage[skew:].view(shape)
+    return fill(skew + math.prod(shape))[skew:].view(shape)
+
+
+def aligned_random(shape: tuple[int, ...], like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Uniform(-1, 1) values, aligned as `like`."""
+    return _aligned(shape, like, lambda n: torch.rand(n, generator=gen, device=like.device, dtype=like.dtype) * 2 - 1)
 
 
 def aligned_nan(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-    skew = (like.data_ptr() % 16) // like.element_size()
-    numel = 1
-    for s in shape:
-        numel *= s
-    return torch.full((skew + numel,), float("nan"), device=like.device, dtype=like.dtype)[skew:].view(shape)
+    return _aligned(shape, like, lambda n: torch.full((n,), float("nan"), device=like.device, dtype=like.dtype))
+
+
+def check_inputs(batch: int, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], out: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    """Random input (`batch` images), weight and bias, and a NaN output, shaped and aligned as the real call's."""
+    gen = torch.Generator(device=x.device).manual_seed(20261122)
+    xs = aligned_random((batch,) + tuple(x.shape[1:]), x, gen)
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    return xs, ws, bs, aligned_nan((batch,) + tuple(out.shape[1:]), out)
 
 
 def agrees(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: tuple[int, int],
