@@ -11,7 +11,7 @@ import torch
 from convtune.correctness import judge
 from convtune.kernels import Meta, get_variant
 from convtune.problem import ConvProblem
-from convtune.verify import Case, run_case
+from convtune.verify import Case, follows_rounding_rule, run_case
 from tests.conftest import ROOT
 
 P = ConvProblem("t", 2, 3, 12, 16, 20, 3, 4, (2, 4), (1, 2), (1, 1), 1, True)
@@ -74,6 +74,32 @@ def test_verify_refuses_an_unknown_precision_in_one_line():
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: --precisions fp8 is not allowed: one of ['tf32', 'tf32_trunc', 'tf32x3', 'ieee']"]
+
+
+@pytest.mark.parametrize("ours_off, torch_off, follows", [
+    (5e-6, 2e-4, True),    # the H200's tf32 mismatches: ours on the rounding rule, cuDNN away from it
+    (5e-5, 2e-4, False),   # ours too far from the rule to say it follows it
+    (5e-6, 5e-5, False),   # torch within the judge's tolerance of the rule: nothing for cuDNN to explain
+])
+def test_a_tf32_mismatch_is_blamed_on_cudnn_only_when_ours_follows_the_rounding_rule(ours_off, torch_off, follows):
+    exact = torch.linspace(-3, 3, 101, dtype=torch.float64)
+    r = follows_rounding_rule((exact + ours_off).float(), (exact - torch_off).float(), exact)
+    assert r["follows_rule"] is follows
+    assert r["ours_vs_rounded_exact"] == pytest.approx(ours_off, rel=0.1)
+    assert r["torch_vs_rounded_exact"] == pytest.approx(torch_off, rel=0.1)
+
+
+def test_verify_report_adds_up_out_files_and_counts_a_case_once(tmp_path):
+    rows = [dict(REGRESSIONS[0], outcome="ok"), dict(REGRESSIONS[1], outcome="wrong", message="relative L2 error 1.1")]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "b.jsonl").write_text(json.dumps(rows[0]) + "\n" + '{"index": 3, "vari')  # a run killed mid-line
+    r = subprocess.run([sys.executable, "-m", "convtune.verify", "--report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "verify: report of 2 distinct cases from 2 file(s)" in r.stdout
+    assert f"FAIL wrong: {rows[1]['case']}: relative L2 error 1.1" in r.stdout
+    assert r.stdout.strip().endswith("1 failure(s) in 2 cases: see the FAIL lines above")
+    assert "b.jsonl:2 is not a complete JSON line; skipped" in r.stderr
 
 
 def case_of(row):
