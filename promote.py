@@ -21,8 +21,8 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from convtune.export import run_export
-    from convtune.promote import run_promote
+    from convtune.tune.export import run_export
+    from convtune.tune.promote import run_promote
 
     try:
         status = run_export(cfg) if cfg.export else run_promote(cfg)

@@ -56,9 +56,9 @@ else
   step "NCU: python run.py -m problem=kernelbench_l1_50 profile=ncu BLOCK_M=128,256 BLOCK_N=128 BLOCK_K=16 num_warps=8 num_stages=4"
   python3 run.py -m problem=kernelbench_l1_50 profile=ncu BLOCK_M=128,256 BLOCK_N=128 BLOCK_K=16 num_warps=8 num_stages=4 $C 2>&1 | quiet
   step "a raw NCU capture for the parser's test"
-  NCU=$(python3 -c "from convtune.ncu import find_ncu; print(find_ncu())")
+  NCU=$(python3 -c "from convtune.measure.ncu import find_ncu; print(find_ncu())")
   $NCU --csv --print-units base --clock-control none --kernel-name regex:_conv2d_.*_kernel --launch-count 1 \
-    --metrics $(python3 -c "from convtune.ncu import COUNTERS; print(','.join(COUNTERS))") python3 -m convtune.profile_one \
+    --metrics $(python3 -c "from convtune.measure.ncu import COUNTERS; print(','.join(COUNTERS))") python3 -m convtune.profile_one \
     '{"problem": {"name": "tiny", "batch": 2, "in_channels": 3, "height": 19, "width": 17, "out_channels": 20, "kernel_h": 5, "kernel_w": 5, "stride": [2, 1], "padding": [2, 1]}, "kernel": "implicit_gemm", "meta": {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2}, "precision": "tf32"}' \
     > "$OUT"/ncu_capture.csv 2>&1; tail -3 "$OUT"/ncu_capture.csv
   for png in roofline.png latency.png; do  # the newest: the last sweep's (implicit_gemm under NCU)

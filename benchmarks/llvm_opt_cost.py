@@ -25,11 +25,11 @@ def child(problems: list[str], precision: str) -> None:
 
     from probe_kernels import load_problem
 
-    from convtune import bench
-    from convtune.correctness import judge
+    from convtune.measure import bench
+    from convtune.measure.correctness import judge
     from convtune.config import TOLERANCE
     from convtune.kernels import implicit_gemm as ig
-    from convtune.measure import make_inputs
+    from convtune.measure.one_config import make_inputs
 
     dev = torch.device("cuda")
     for name in problems:

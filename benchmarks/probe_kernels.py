@@ -23,12 +23,12 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from convtune import bench  # noqa: E402
-from convtune.bench import TimingSettings  # noqa: E402
+from convtune.measure import bench  # noqa: E402
+from convtune.measure.bench import TimingSettings  # noqa: E402
 from convtune.config import TOLERANCE  # noqa: E402
 from convtune.kernels import Meta, get_variant  # noqa: E402
-from convtune.correctness import reference  # noqa: E402
-from convtune.measure import cudnn_baseline, make_inputs  # noqa: E402
+from convtune.measure.correctness import reference  # noqa: E402
+from convtune.measure.one_config import cudnn_baseline, make_inputs  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 FAST = TimingSettings(rounds=3, reps=10, warmup=2)

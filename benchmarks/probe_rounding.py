@@ -18,12 +18,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from probe_kernels import load_problem  # noqa: E402
 
-from convtune import bench  # noqa: E402
-from convtune.correctness import judge  # noqa: E402
+from convtune.measure import bench  # noqa: E402
+from convtune.measure.correctness import judge  # noqa: E402
 from convtune.kernels import Meta  # noqa: E402
 from convtune.kernels import implicit_gemm as ig  # noqa: E402
 from convtune.kernels.common import prepare  # noqa: E402
-from convtune.measure import make_inputs  # noqa: E402
+from convtune.measure.one_config import make_inputs  # noqa: E402
 
 MODES = {0: "truncate", 1: "round to nearest"}
 METAS = [Meta(256, 128, 16, 8, 4), Meta(128, 128, 16, 4, 6)]

@@ -16,10 +16,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from convtune import bench  # noqa: E402
-from convtune.correctness import judge  # noqa: E402
+from convtune.measure import bench  # noqa: E402
+from convtune.measure.correctness import judge  # noqa: E402
 from convtune.kernels import get_variant  # noqa: E402
-from convtune.measure import make_inputs  # noqa: E402
+from convtune.measure.one_config import make_inputs  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 PRECISIONS = ("tf32", "tf32_trunc")

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from convtune import bench
-from convtune.bench import Timing, TimingSettings
-from convtune.metrics import GPU_SPECS, floor_ms, gpu_spec, performance
+from convtune.measure import bench
+from convtune.measure.bench import Timing, TimingSettings
+from convtune.measure.metrics import GPU_SPECS, floor_ms, gpu_spec, performance
 from convtune.problem import ConvProblem
 
 L1_50 = ConvProblem("kernelbench_l1_50", 256, 3, 224, 224, 96, 11, 11, (4, 4), (2, 2))

@@ -25,9 +25,9 @@ def test_run_py_on_the_gpu_logs_cudnn_speedup_and_resources(tmp_path):
     m, t = run.data.metrics, run.data.tags
     assert t["device"] == torch.cuda.get_device_name() and t["status"] == "ok"
     assert m["rel_err"] < 2e-3 and m["speedup_vs_cudnn"] > 0 and m["cudnn_ms"] > 0 and m["registers"] > 0
-    assert "pct_peak_tflops" in m or "not in convtune.metrics.GPU_SPECS" in r.stdout + r.stderr
+    assert "pct_peak_tflops" in m or "not in convtune.measure.metrics.GPU_SPECS" in r.stdout + r.stderr
     assert 0 < m["occupancy_pct"] <= 100 and t["occupancy_limiter"] in ("registers", "shared_memory", "warps", "blocks")
-    from convtune.ncu import find_ncu
+    from convtune.measure.ncu import find_ncu
     if find_ncu() is None:
         pytest.skip(f"ncu is not installed here; the run said: {t['ncu_status']}")
     assert m["ncu.launch__grid_size"] > 0 and 0 < m["ncu.sm__throughput.avg.pct_of_peak_sustained_elapsed"] <= 100, t["ncu_status"]
@@ -60,9 +60,9 @@ def test_compiled_kernels_on_random_shapes():
 
 
 def test_occupancy_tables_match_this_devices_properties():
-    """The built-in per-SM tables (convtune.occupancy) against what the GPU itself reports."""
-    from convtune.measure import sm_limits
-    from convtune.occupancy import ADA, HOPPER
+    """The built-in per-SM tables (convtune.measure.occupancy) against what the GPU itself reports."""
+    from convtune.measure.one_config import sm_limits
+    from convtune.measure.occupancy import ADA, HOPPER
 
     table = {(9, 0): HOPPER, (8, 9): ADA}.get(torch.cuda.get_device_capability())
     if table is None:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from convtune import ncu, plots
+from convtune.measure import ncu
+from convtune.track import plots
 
 CAPTURE = Path(__file__).parent / "data" / "ncu_capture.csv"  # benchmarks/evidence.sh suite, 2026-11-22
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import convtune
 from convtune import functional
 from convtune.kernels import Meta, pins
-from convtune.occupancy import HOPPER, occupancy, warps_to_try
+from convtune.measure.occupancy import HOPPER, occupancy, warps_to_try
 
 def tf32_conv(x, w, b, stride, padding):
     """What convtune.conv2d computes at torch's default (TF32 on): operands rounded to nearest TF32, exact sums."""

@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from convtune.kernels import Meta, get_variant, pins
-from convtune.tracking import Tracker
+from convtune.track.store import Tracker
 from tests.conftest import ROOT
 
 KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"

@@ -2,8 +2,8 @@
 
 from mlflow.tracking import MlflowClient
 
-from convtune import summary
-from convtune.tracking import Tracker, resolve_uri
+from convtune.track import summary
+from convtune.track.store import Tracker, resolve_uri
 from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
 
 
@@ -40,7 +40,7 @@ def test_summary_ranks_ok_runs_first_by_latency():
                 "tags": {"status": status, **tags}}
     runs = [run("a", "failed", **{"error.message": "bad"}), run("b", "ok", 2.0), run("c", "ok", 1.0),
             run("d", "incorrect")]
-    assert [r["run_id"] for r in summary.ranked(runs)] == ["c", "b", "d", "a"]
+    assert [r.run_id for r in summary.ranked(runs)] == ["c", "b", "d", "a"]
     table = summary.markdown(runs)
     assert table.index("BLOCK_M=c") < table.index("BLOCK_M=b") < table.index("BLOCK_M=a") and "bad" in table
     assert summary.counts(runs) == {"ok": 2, "incorrect": 1, "failed": 1, "killed": 0}

@@ -1,4 +1,4 @@
-"""The correctness gate (convtune.correctness) and the GPU correctness command (convtune.verify), on the CPU."""
+"""The correctness gate (convtune.measure.correctness) and the GPU correctness command (convtune.verify), on the CPU."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from convtune.correctness import judge
+from convtune.measure.correctness import judge
 from convtune.kernels import Meta, get_variant
 from convtune.problem import ConvProblem
 from convtune.verify import Case, follows_rounding_rule, run_case

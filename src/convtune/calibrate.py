@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from convtune.metrics import GpuSpec
+from convtune.measure.metrics import GpuSpec
 
 CACHE = Path(os.environ.get("CONVTUNE_CACHE", Path.home() / ".cache" / "convtune")) / "ceilings.json"
 
@@ -38,7 +38,7 @@ def _copy_ms(dev: "object", s: "object") -> float:
     """Median time of a 2 GiB device-to-device copy (the buffers are freed on return)."""
     import torch
 
-    from convtune import bench
+    from convtune.measure import bench
 
     src = torch.rand(2**29, device=dev)  # 2 GiB of fp32
     dst = torch.empty_like(src)
@@ -48,8 +48,8 @@ def _copy_ms(dev: "object", s: "object") -> float:
 def measure() -> dict[str, float]:
     import torch
 
-    from convtune import bench
-    from convtune.bench import TimingSettings
+    from convtune.measure import bench
+    from convtune.measure.bench import TimingSettings
 
     dev = torch.device("cuda")
     s = TimingSettings(rounds=3, reps=10, warmup=3)

@@ -117,7 +117,7 @@ class ConvtuneConfig:
     num_warps: Optional[int] = None
     num_stages: Optional[int] = None
     precision: Precision = Precision.tf32
-    check: Check = Check.kernelbench  # what makes a run correct (convtune.correctness)
+    check: Check = Check.kernelbench  # what makes a run correct (convtune.measure.correctness)
     device: DeviceChoice = DeviceChoice.auto
     seed: int = 0  # seeds the input generator
     profile: Profile = Profile.none

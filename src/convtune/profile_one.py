@@ -6,7 +6,7 @@ import sys
 import torch
 
 from convtune.kernels import Meta, get_variant
-from convtune.measure import make_inputs
+from convtune.measure.one_config import make_inputs
 from convtune.problem import ConvProblem
 
 

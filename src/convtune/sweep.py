@@ -16,8 +16,11 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from convtune import interrupts, runtime, summary
-from convtune.tracking import Tracker, resolve_uri
+from convtune import interrupts
+from convtune.setup import experiment_name, git_tags, target_for
+from convtune.track import summary
+from convtune.record import Metric, Param, RunView, Status, Tag
+from convtune.track.store import Tracker, resolve_uri
 
 STATE_FILE = "convtune_sweep.json"
 
@@ -46,14 +49,15 @@ def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
 
     sweeper = config.hydra.sweeper
     target = str(sweeper.get("_target_", ""))
-    if not target.endswith(("BasicSweeper", "ConvtuneSweeper")) or sweeper.get("neighbours"):
-        return None  # another sweeper, or configs the sweeper derives itself (it records the count)
+    if not target.endswith(("BasicSweeper", "ConvtuneSweeper")) or sweeper.get("configs_from"):
+        return None  # another sweeper, or configs the sweeper derives itself (it reports the count: on_planned)
     params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
     configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") else None
     return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
 
 
 def record_total_jobs(config: DictConfig, total: int) -> None:
+    """hydra.sweeper.on_planned: the job count of a sweep whose configs were derived when it started."""
     state = SweepState.load(Path(config.hydra.sweep.dir))
     if state is not None:
         state.total_jobs = total
@@ -62,12 +66,12 @@ def record_total_jobs(config: DictConfig, total: int) -> None:
 
 def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) -> None:
     """roofline.png and latency.png on the parent run (one problem per sweep; a suite gets neither)."""
-    from convtune import plots
+    from convtune.track import plots
 
-    if len({r["params"].get("problem") for r in runs}) != 1:
+    if len({RunView(r).problem for r in runs}) != 1:
         return
-    first = runs[0]
-    title = f"{first['params'].get('problem')} · {first['tags'].get('device', '?')} · {first['params'].get('precision')}"
+    first = RunView(runs[0])
+    title = f"{first.problem} · {first.tag(Tag.DEVICE, '?')} · {first.param(Param.PRECISION)}"
     for name, fig in (("roofline.png", plots.roofline(runs, title)), ("latency.png", plots.latency_by_config(runs, title))):
         if fig is not None:
             tracker.log_figure(state.parent_run_id, fig, name)
@@ -86,10 +90,10 @@ def _finalize(state: SweepState, status: str) -> str:
     runs = tracker.children(state.parent_run_id)
     table = summary.markdown(runs)
     c = summary.counts(runs)
-    best = summary.ranked(runs)[0] if c["ok"] else None
+    best = summary.ranked(runs)[0] if c[Status.OK] else None
     tracker.log_text(state.parent_run_id, table + "\n", "summary.md")
     _log_plots(tracker, state, runs)
-    if len({r["params"].get("problem") for r in runs}) > 1:
+    if len({RunView(r).problem for r in runs}) > 1:
         by_problem = summary.per_problem(runs)
         tracker.log_text(state.parent_run_id, by_problem + "\n", "per_problem.md")
         table += "\n\n" + by_problem
@@ -97,10 +101,10 @@ def _finalize(state: SweepState, status: str) -> str:
     if interrupts.pending() is not None:
         status = "KILLED"
     tracker.log(state.parent_run_id,
-                metrics={f"n_{k}": float(v) for k, v in c.items()}
-                | ({"best_latency_ms": best["metrics"]["latency_ms"]} if best else {}),
-                tags={"status": status.lower(), "summary_rows": str(len(runs))}
-                | ({"best_run_id": best["run_id"], "best_config": summary.config_label(best["params"])} if best else {}))
+                metrics={f"{Metric.N_PREFIX}{k}": float(v) for k, v in c.items()}
+                | ({Metric.BEST_LATENCY_MS: best.latency_ms} if best else {}),
+                tags={Tag.STATUS: status.lower(), Tag.SUMMARY_ROWS: str(len(runs))}
+                | ({Tag.BEST_RUN_ID: best.run_id, Tag.BEST_CONFIG: best.config_label()} if best else {}))
     tracker.end(state.parent_run_id, status)
     return table
 
@@ -108,13 +112,13 @@ def _finalize(state: SweepState, status: str) -> str:
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
-        target = runtime.target_for(config, hc)
+        target = target_for(config, hc)
         jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
         uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
-        name = runtime.experiment_name(config, target.problem.name, target.device, problem_swept)
-        tags = {"status": "running", "sweep_dir": str(hc.sweep.dir), "overrides": " ".join(hc.overrides.task),
-                "total_jobs": "?" if jobs is None else len(jobs), **runtime.git_tags()}
+        name = experiment_name(config, target.problem.name, target.device, problem_swept)
+        tags = {Tag.STATUS: Status.RUNNING, Tag.SWEEP_DIR: str(hc.sweep.dir), Tag.OVERRIDES: " ".join(hc.overrides.task),
+                Tag.TOTAL_JOBS: "?" if jobs is None else len(jobs), **git_tags()}
         with interrupts.deferred():  # the store's creation and the parent's registration are never cut
             tracker = Tracker(uri)  # creates the SQLite database, once, here
             exp_id = tracker.experiment_id(name)
@@ -138,6 +142,6 @@ class SweepCallback(Callback):
                     self._on_kill.cancel()
             print(table, flush=True)
         if config.promote.after_sweep:
-            from convtune.promote import run_promote
+            from convtune.tune.promote import run_promote
 
             run_promote(config)

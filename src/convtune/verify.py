@@ -146,7 +146,7 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     import torch
 
     from convtune.config import TOLERANCE
-    from convtune.correctness import judge
+    from convtune.measure.correctness import judge
     from convtune.kernels import Meta, get_variant
     from convtune.kernels.precision import rounds_operands
 
@@ -193,7 +193,7 @@ def _against_rounding_rule(out: Any, p: Any, x: Any, w: Any, b: Any, case: Case)
     rounding rule predicts (operands rounded to nearest TF32, products summed exactly)?"""
     import torch.nn.functional as F
 
-    from convtune.correctness import torch_output
+    from convtune.measure.correctness import torch_output
     from convtune.kernels.precision import round_to_tf32
 
     exact = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None if b is None else b.double(),
@@ -209,7 +209,7 @@ def follows_rounding_rule(ours: Any, theirs: Any, exact: Any) -> dict[str, Any]:
     otherwise."""
     import torch
 
-    from convtune.correctness import KB_ATOL, KB_RTOL
+    from convtune.measure.correctness import KB_ATOL, KB_RTOL
 
     follows = (torch.allclose(exact, ours.double(), atol=KB_ATOL / 4, rtol=KB_RTOL / 4)
                and not torch.allclose(exact, theirs.double(), atol=KB_ATOL, rtol=KB_RTOL))

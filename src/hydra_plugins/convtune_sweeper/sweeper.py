@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.utils import get_method
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import OmegaConf
@@ -26,8 +27,11 @@ class ConvtuneSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     configs: Optional[List[Dict[str, Any]]] = None
-    # "pin": the configs are the current pin and its micro-tune neighbours (convtune.microtune)
-    neighbours: Optional[str] = None
+    # a function (dotted path) of the composed config that returns the configs list, called when the sweep
+    # starts; for example convtune.tune.microtune.neighbour_configs (the pin and its micro-tune neighbours)
+    configs_from: Optional[str] = None
+    # a function (dotted path) called with (config, number of jobs) once the jobs are planned
+    on_planned: Optional[str] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="convtune", node=ConvtuneSweeperConf, provider="convtune")
@@ -54,19 +58,19 @@ def plan_jobs(params: Optional[Dict[str, str]], configs: Optional[List[Dict[str,
 
 
 class ConvtuneSweeper(BasicSweeper):
+    """Knows nothing of convtune: what it derives or reports goes through the two configured functions."""
+
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 configs: Optional[List[Dict[str, Any]]] = None, neighbours: Optional[str] = None) -> None:
+                 configs: Optional[List[Dict[str, Any]]] = None, configs_from: Optional[str] = None,
+                 on_planned: Optional[str] = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.configs = configs
-        if neighbours not in (None, "pin"):
-            raise ValueError(f"hydra.sweeper.neighbours={neighbours!r} is not allowed: null or 'pin'")
-        self.neighbours = neighbours
+        self.configs_from = configs_from
+        self.on_planned = on_planned
 
     def sweep(self, arguments: List[str]) -> Any:
-        if self.neighbours == "pin":
-            from convtune.microtune import neighbour_configs
-
-            self.configs = neighbour_configs(self.config)
+        if self.configs_from:
+            self.configs = get_method(self.configs_from)(self.config)
         return super().sweep(arguments)
 
     def split_arguments(self, overrides: Any, max_batch_size: Optional[int]) -> List[List[List[str]]]:  # type: ignore[override]
@@ -74,10 +78,8 @@ class ConvtuneSweeper(BasicSweeper):
         # through plan_jobs so that the callback's job count and this sweep share one definition.
         arguments = [o.input_line for o in overrides]
         jobs = plan_jobs(None, self.configs, arguments)
-        if self.neighbours:  # the callback could not count these jobs before the sweep began
-            from convtune.sweep import record_total_jobs
-
-            record_total_jobs(self.config, len(jobs))
+        if self.on_planned:
+            get_method(self.on_planned)(self.config, len(jobs))
         if max_batch_size is None or max_batch_size == -1:
             return [jobs]
         return [jobs[i:i + max_batch_size] for i in range(0, len(jobs), max_batch_size)]

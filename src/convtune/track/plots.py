@@ -11,11 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from convtune.summary import config_label, ranked  # noqa: E402
+from convtune.record import Metric, RunView  # noqa: E402
+from convtune.track.summary import ranked  # noqa: E402
 
 
-def _ok(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in ranked(runs) if r["tags"].get("status") == "ok" and "tflops" in r["metrics"]]
+def _ok(runs: list[dict[str, Any]]) -> list[RunView]:
+    return [r for r in ranked(runs) if r.ok and r.metric(Metric.TFLOPS) is not None]
 
 
 def roofline(runs: list[dict[str, Any]], title: str) -> Optional[Figure]:
@@ -25,15 +26,16 @@ def roofline(runs: list[dict[str, Any]], title: str) -> Optional[Figure]:
     if not ok:
         return None
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    m0 = ok[0]["metrics"]
+    m0 = ok[0].raw["metrics"]
     for r in ok:
-        m = r["metrics"]
-        ai = m.get("ncu_arithmetic_intensity", m["arithmetic_intensity"])
-        ax.scatter(ai, m["tflops"], s=28, zorder=3)
-        ax.annotate(config_label(r["params"]).replace("BLOCK_", "").replace("num_", ""), (ai, m["tflops"]),
+        ai = r.metric(Metric.NCU_ARITHMETIC_INTENSITY) or r.metric(Metric.ARITHMETIC_INTENSITY)
+        tflops = r.metric(Metric.TFLOPS)
+        ax.scatter(ai, tflops, s=28, zorder=3)
+        ax.annotate(r.config_label().replace("BLOCK_", "").replace("num_", ""), (ai, tflops),
                     fontsize=6, xytext=(3, 3), textcoords="offset points")
     for prefix, style in (("", "k-"), ("measured_", "b--")):
-        peak, bw = m0.get(f"{prefix}peak_tflops"), m0.get(f"{prefix}peak_gbps")
+        # Metric.PEAK_TFLOPS / PEAK_GBPS and their MEASURED_ twins
+        peak, bw = m0.get(f"{prefix}{Metric.PEAK_TFLOPS}"), m0.get(f"{prefix}{Metric.PEAK_GBPS}")
         if peak and bw:
             knee = peak * 1e3 / bw  # FLOP/byte where the roofs meet
             xs = [knee / 100, knee, knee * 100]
@@ -57,14 +59,13 @@ def latency_by_config(runs: list[dict[str, Any]], title: str) -> Optional[Figure
     if not ok:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.28 * len(ok)))
-    warps = sorted({r["params"].get("num_warps", "?") for r in ok})
+    warps = sorted({r.param("num_warps", "?") for r in ok})
     colours = {w: plt.cm.viridis(i / max(len(warps) - 1, 1)) for i, w in enumerate(warps)}
     for i, r in enumerate(ok):
-        m = r["metrics"]
-        lo, hi = m.get("latency_p20_ms", m["latency_ms"]), m.get("latency_p80_ms", m["latency_ms"])
-        ax.barh(i, m["latency_ms"], color=colours[r["params"].get("num_warps", "?")],
-                xerr=[[m["latency_ms"] - lo], [hi - m["latency_ms"]]], capsize=2)
-    ax.set_yticks(range(len(ok)), [config_label(r["params"]).replace("BLOCK_", "") for r in ok], fontsize=6)
+        ms = r.latency_ms
+        lo, hi = r.metric(Metric.LATENCY_P20_MS) or ms, r.metric(Metric.LATENCY_P80_MS) or ms
+        ax.barh(i, ms, color=colours[r.param("num_warps", "?")], xerr=[[ms - lo], [hi - ms]], capsize=2)
+    ax.set_yticks(range(len(ok)), [r.config_label().replace("BLOCK_", "") for r in ok], fontsize=6)
     ax.invert_yaxis()
     ax.set_xlabel("latency (ms), median and p20–p80")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],

@@ -1,19 +1,18 @@
 """The brief's micro-tuning stage as a sweep: the current pin (or default) and its neighbours only.
 
 num_stages ±1 within {2, 3, 4}; num_warps changed only where the compiled pin's occupancy suggests it
-(convtune.occupancy.warps_to_try); blocks, and so the grid, unchanged. 2–4 configurations, the pin first.
+(convtune.measure.occupancy.warps_to_try); blocks, and so the grid, unchanged. 2–4 configurations, the pin first.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from convtune import runtime
 from convtune.problem import ConvProblem
+from convtune.setup import resolve
 
 STAGES = (2, 3, 4)
 
@@ -22,8 +21,8 @@ def compiled_occupancy(problem: ConvProblem, meta: Any, precision: str, variant:
     """Compile and launch the pin once on this GPU to read its registers and shared memory."""
     import torch
 
-    from convtune.measure import make_inputs, sm_limits
-    from convtune.occupancy import occupancy
+    from convtune.measure.one_config import make_inputs, sm_limits
+    from convtune.measure.occupancy import occupancy
 
     dev = torch.device("cuda")
     x, w, b = make_inputs(problem, 0, dev)
@@ -32,22 +31,17 @@ def compiled_occupancy(problem: ConvProblem, meta: Any, precision: str, variant:
 
 
 def neighbour_configs(config: DictConfig) -> list[dict[str, int]]:
-    hc = config.hydra
-    target = runtime.target_for(config, hc)
-    runtime.activate(target.device)
-    from convtune.kernels import configured_meta, get_variant
-    from convtune.occupancy import warps_to_try
+    """The sweep's configuration list (hydra.sweeper.configs_from): the pin (or default) first, then neighbours."""
+    setup = resolve(config)
+    setup.raise_error()
+    from convtune.measure.occupancy import warps_to_try
 
-    problem = ConvProblem.from_mapping(target.problem)
-    variant = get_variant(config.kernel.name)
-    precision = runtime.enum_value(config.precision)
-    gpu = runtime.device_tags(target.device)["device"]
-    meta, source = configured_meta(variant, runtime.pins_path(config, Path(hc.runtime.cwd)), gpu, problem, precision)
+    problem, meta, source = setup.problem, setup.configured_meta, setup.configured_source
     configs = [meta] + [replace(meta, num_stages=s) for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES]
-    if target.device == runtime.INTERPRETER:
+    if setup.interpreted:
         why = "num_warps kept: the interpreter compiles nothing, so there is no occupancy to read"
     else:
-        occ, launched = compiled_occupancy(problem, meta, precision, variant)
+        occ, launched = compiled_occupancy(problem, meta, setup.precision, setup.variant)
         more = warps_to_try(meta.num_warps, occ)
         configs += [replace(meta, num_warps=w) for w in more]
         why = (f"{launched.n_regs} registers/thread, {launched.shared_bytes} B shared/block → {occ.blocks_per_sm} "

@@ -12,14 +12,15 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from convtune import bench
-from convtune.bench import TimingSettings
-from convtune.correctness import judge
+from convtune.measure import bench
+from convtune.measure.bench import TimingSettings
+from convtune.measure.correctness import judge
 from convtune.kernels import KernelVariant, Meta
 from convtune.kernels.precision import torch_uses_tf32
-from convtune.metrics import GpuSpec, floor_ms, performance
-from convtune.occupancy import SmLimits, occupancy
+from convtune.measure.metrics import GpuSpec, floor_ms, performance
+from convtune.measure.occupancy import SmLimits, occupancy
 from convtune.problem import ConvProblem
+from convtune.record import Metric, Status, Tag
 
 
 @dataclass
@@ -68,8 +69,8 @@ def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional
         for layout, fmt in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
             xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
             t = bench.time_gpu(lambda: F.conv2d(xl, wl, b, p.stride, p.padding, p.dilation), s, x.device)
-            out[f"cudnn_{layout}_ms"] = t.median_ms
-        out["cudnn_ms"] = min(out["cudnn_nchw_ms"], out["cudnn_channels_last_ms"])
+            out[f"cudnn_{layout}_ms"] = t.median_ms  # Metric.CUDNN_NCHW_MS, CUDNN_CHANNELS_LAST_MS
+        out[Metric.CUDNN_MS] = min(out[Metric.CUDNN_NCHW_MS], out[Metric.CUDNN_CHANNELS_LAST_MS])
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     _cudnn_cache[key] = out
@@ -79,7 +80,7 @@ def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional
 def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, tol: float, seed: int,
             s: TimingSettings, device: str, spec: Optional[GpuSpec], with_cudnn: bool,
             check: str = "kernelbench") -> Measurement:
-    """Check the kernel (convtune.correctness.judge: float64, and torch as KernelBench compares), then
+    """Check the kernel (convtune.measure.correctness.judge: float64, and torch as KernelBench compares), then
     (only if correct by `check`) time it.
 
     Exceptions from the kernel (bad meta-parameters, Triton's OutOfResources or CompilationError, launch
@@ -96,29 +97,31 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     # which is what gets checked.
     compile_s, launched = bench.first_call(call, dev)
     verdict = judge(out, p, x, w, b, precision, tol, check)
-    metrics: dict[str, float] = {**verdict.metrics, "compile_s": compile_s}
+    metrics: dict[str, float] = {**verdict.metrics, Metric.COMPILE_S: compile_s}
     tags: dict[str, str] = dict(verdict.tags)
-    tags["llvm_opt"] = launched.llvm_opt  # O0: Triton's O3 binary failed its one-time check (kernels/llvm_opt.py)
+    tags[Tag.LLVM_OPT] = launched.llvm_opt  # O0: Triton's O3 binary failed its one-time check (kernels/llvm_opt.py)
     if launched.n_regs is not None:
-        metrics.update(registers=launched.n_regs, spills=launched.n_spills, shared_mem_bytes=launched.shared_bytes)
+        metrics.update({Metric.REGISTERS: launched.n_regs, Metric.SPILLS: launched.n_spills,
+                        Metric.SHARED_MEM_BYTES: launched.shared_bytes})
         occ = occupancy(launched.n_regs, launched.shared_bytes or 0, meta.num_warps, sm_limits(dev))
-        metrics.update(occupancy_pct=100 * occ.fraction, blocks_per_sm=occ.blocks_per_sm, warps_per_sm=occ.warps_per_sm)
-        tags["occupancy_limiter"] = occ.limiter
+        metrics.update({Metric.OCCUPANCY_PCT: 100 * occ.fraction, Metric.BLOCKS_PER_SM: occ.blocks_per_sm,
+                        Metric.WARPS_PER_SM: occ.warps_per_sm})
+        tags[Tag.OCCUPANCY_LIMITER] = occ.limiter
     if not verdict.ok:
-        return Measurement("incorrect", verdict.message, metrics, tags)
+        return Measurement(Status.INCORRECT, verdict.message, metrics, tags)
 
     timing = bench.time_gpu(call, s, dev) if on_gpu else bench.time_host(call, s)
-    metrics.update(timing.metrics("latency"))
+    metrics.update(timing.metrics("latency"))  # Metric.LATENCY_MS, _P20_MS, _P80_MS, _CV
     metrics.update(performance(p, timing.median_ms, spec, precision))
     if spec is not None:
-        metrics["floor_ms"], tags["floor_source"] = floor_ms(p, spec, precision)
-        metrics.update(peak_tflops=spec.peak_tflops(precision), peak_gbps=spec.dram_gbps)
+        metrics[Metric.FLOOR_MS], tags[Tag.FLOOR_SOURCE] = floor_ms(p, spec, precision)
+        metrics.update({Metric.PEAK_TFLOPS: spec.peak_tflops(precision), Metric.PEAK_GBPS: spec.dram_gbps})
         if spec.measured_tf32_tflops and spec.measured_copy_gbps and precision != "ieee":
-            metrics.update(measured_peak_tflops=spec.measured_tf32_tflops / (3 if precision == "tf32x3" else 1),
-                           measured_peak_gbps=spec.measured_copy_gbps)
-        metrics["pct_of_floor"] = 100.0 * metrics["floor_ms"] / timing.median_ms
+            metrics.update({Metric.MEASURED_PEAK_TFLOPS: spec.measured_tf32_tflops / (3 if precision == "tf32x3" else 1),
+                            Metric.MEASURED_PEAK_GBPS: spec.measured_copy_gbps})
+        metrics[Metric.PCT_OF_FLOOR] = 100.0 * metrics[Metric.FLOOR_MS] / timing.median_ms
     if on_gpu and with_cudnn:
         base = cudnn_baseline(p, x, w, b, precision, s)
         metrics.update(base)
-        metrics["speedup_vs_cudnn"] = base["cudnn_ms"] / timing.median_ms
-    return Measurement("ok", verdict.message, metrics, tags)
+        metrics[Metric.SPEEDUP_VS_CUDNN] = base[Metric.CUDNN_MS] / timing.median_ms
+    return Measurement(Status.OK, verdict.message, metrics, tags)

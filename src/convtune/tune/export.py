@@ -8,11 +8,10 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from convtune import runtime
 from convtune.problem import ConvProblem
+from convtune.setup import resolve
 
 IMPORTS = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 
@@ -78,29 +77,22 @@ def run_export(cfg: DictConfig) -> int:
     if cfg.export != "kernelbench":
         print(f"error: export={cfg.export!r} is not allowed: 'kernelbench'")
         return 1
-    hc = HydraConfig.get()
-    base = Path(hc.runtime.cwd)
-    device = runtime.resolve_device(runtime.enum_value(cfg.device))  # the problem as named: writing runs no kernel
-    runtime.activate(device)
-    from convtune.kernels import configured_meta, get_variant
-
     if cfg.kernel.name != "implicit_gemm":
         print(f"error: kernel={cfg.kernel.name!r} is not exportable: 'implicit_gemm'")
         return 1
-    p = ConvProblem.from_mapping(cfg.problem)
-    precision = runtime.enum_value(cfg.precision)
-    gpu = cfg.promote.device_name or runtime.device_tags(device)["device"]
-    variant = get_variant("implicit_gemm")
-    meta, source = configured_meta(variant, runtime.pins_path(cfg, base), gpu, p, precision)
-    out = Path(cfg.export_path) if cfg.export_path else base / "exports" / f"{p.name}.py"
-    out = out if out.is_absolute() else base / out
+    setup = resolve(cfg, swap_problem=False)  # the problem as named: writing the file runs no kernel
+    setup.raise_error()
+    # the configured (pinned or default) configuration, as the library would run it
+    p, meta, source, precision = setup.problem, setup.configured_meta, setup.configured_source, setup.precision
+    out = Path(cfg.export_path) if cfg.export_path else setup.cwd / "exports" / f"{p.name}.py"
+    out = out if out.is_absolute() else setup.cwd / out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_kernelbench(p, meta, precision, f"{source}; {meta.short()}"))
     print(f"wrote {out}: {p.name}, {meta.label()} ({source}), precision {precision}")
-    if device == runtime.INTERPRETER:
+    if setup.interpreted:
         print("not checked: no GPU here (on a GPU the file is checked as KernelBench checks it)")
         return 0
-    from convtune.kbcheck import check_file
+    from convtune.measure.kbcheck import check_file
 
     verdict = check_file(out, p)
     print(verdict.report())

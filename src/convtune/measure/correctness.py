@@ -20,9 +20,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from convtune import bench
+from convtune.measure import bench
 from convtune.kernels.precision import round_to_tf32, torch_uses_tf32
 from convtune.problem import ConvProblem
+from convtune.record import Metric, Tag
 
 KB_ATOL = KB_RTOL = 1e-4  # KernelBench eval.py, fp32
 CHECKS = ("kernelbench", "float64")
@@ -75,7 +76,8 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
             ref_note = f"float64 on the CPU (the GPU's float64 result was off by {off:.3g})"
             ref, c = ref_cpu.to(ref.device), c_cpu
     if c.unwritten or c.rel_err != c.rel_err:  # not written, or not comparable: nothing more to learn
-        return Verdict(False, c.message, {"rel_err": c.rel_err, "unwritten_outputs": c.unwritten}, unwritten=c.unwritten)
+        return Verdict(False, c.message, {Metric.REL_ERR: c.rel_err, Metric.UNWRITTEN_OUTPUTS: c.unwritten},
+                       unwritten=c.unwritten)
     rel = c.rel_err
     theirs, label = torch_output(p, x, w, b, precision)
     torch_rel = float(torch.linalg.vector_norm(theirs.double() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
@@ -84,8 +86,9 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
     matches = bool(torch.allclose(theirs, out, atol=KB_ATOL, rtol=KB_RTOL))
     del theirs
     # torch_rel_err tells how torch itself computed: ~1e-7 means cuDNN ran true fp32 there (no TF32 to match)
-    metrics = {"rel_err": rel, "max_abs_err_vs_torch": max_abs, "matches_torch": float(matches), "torch_rel_err": torch_rel}
-    tags = {"torch_reference": label, "float64_reference": ref_note}
+    metrics = {Metric.REL_ERR: rel, Metric.MAX_ABS_ERR_VS_TORCH: max_abs, Metric.MATCHES_TORCH: float(matches),
+               Metric.TORCH_REL_ERR: torch_rel}
+    tags = {Tag.TORCH_REFERENCE: label, Tag.FLOAT64_REFERENCE: ref_note}
     if not rel <= tol:
         return Verdict(False, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}", metrics, tags)
     if check == "kernelbench" and not matches:

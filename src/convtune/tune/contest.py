@@ -14,11 +14,11 @@ from typing import Callable, Optional
 
 import torch
 
-from convtune import bench
-from convtune.bench import TimingSettings
+from convtune.measure import bench
+from convtune.measure.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta
-from convtune.correctness import judge
-from convtune.measure import make_inputs
+from convtune.measure.correctness import judge
+from convtune.measure.one_config import make_inputs
 from convtune.problem import ConvProblem
 
 
@@ -49,7 +49,7 @@ class Decision:
 
 def remeasure(p: ConvProblem, variant: KernelVariant, contenders: list[Contender], precision: str, tol: float,
               rounds: int, reps: int, device: str, seed: int = 1, check: str = "kernelbench") -> None:
-    """Check every contender on fresh inputs (poisoned output, convtune.correctness.judge by `check`), then
+    """Check every contender on fresh inputs (poisoned output, convtune.measure.correctness.judge by `check`), then
     time the correct ones in interleaved rounds. Fills rel_err, correct and rounds_ms in place."""
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     x, w, b = make_inputs(p, seed, dev)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from convtune import bench
-from convtune.correctness import KB_ATOL, KB_RTOL
+from convtune.measure import bench
+from convtune.measure.correctness import KB_ATOL, KB_RTOL
 from convtune.problem import ConvProblem
 
 

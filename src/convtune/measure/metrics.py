@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from convtune.problem import ConvProblem
+from convtune.record import Metric
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,10 @@ def performance(problem: ConvProblem, latency_ms: float, spec: Optional[GpuSpec]
     seconds = latency_ms * 1e-3
     tflops = problem.flops / seconds / 1e12
     gbps = problem.min_bytes / seconds / 1e9
-    out = {"tflops": tflops, "gbps": gbps, "arithmetic_intensity": problem.flops / problem.min_bytes}
+    out = {Metric.TFLOPS: tflops, Metric.GBPS: gbps, Metric.ARITHMETIC_INTENSITY: problem.flops / problem.min_bytes}
     if spec is not None:
-        out["pct_peak_tflops"] = 100.0 * tflops / spec.peak_tflops(precision)
-        out["pct_peak_gbps"] = 100.0 * gbps / spec.dram_gbps
+        out[Metric.PCT_PEAK_TFLOPS] = 100.0 * tflops / spec.peak_tflops(precision)
+        out[Metric.PCT_PEAK_GBPS] = 100.0 * gbps / spec.dram_gbps
     return out
 
 

@@ -1,0 +1,300 @@
+"""The setup of a job, a promote, an export or a micro-tune, resolved once from the composed config.
+
+`resolve(cfg)` decides, in this order and nowhere else: the device (CUDA or the Triton interpreter, which must
+be settled before the kernels are imported), the problem (under the interpreter an oversized default becomes
+`tiny`, announced; one named explicitly is refused), the kernel variant, precision and check, the pins file and
+the launch configuration (the given keys over the pin or the default), the tracking store and experiment, the
+timing settings (reduced under the interpreter, whose host-clock numbers say nothing about a GPU), and the run's
+identity (GPU, kernel, source hash, problem key, precision) from which its tags, promote's search and the pin
+key derive. Entry points import the kernels (directly or through measure/ and tune/) only after `resolve`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from convtune.config import ProblemConfig
+from convtune.errors import ConfigError
+from convtune.problem import ConvProblem
+from convtune.record import META_KEYS, Identity, Param, Tag
+from convtune.track.store import resolve_uri
+
+INTERPRETER = "interpreter"
+
+
+def enum_value(v: Any) -> Any:
+    """A config value as plain data: the string of a config Enum (precision, device, ...), else itself."""
+    return v.value if hasattr(v, "value") else v
+
+
+def resolve_device(choice: str) -> str:
+    """'cuda' or 'interpreter'. TRITON_INTERPRET=1 in the environment forces the interpreter for 'auto'."""
+    import torch
+
+    forced = os.environ.get("TRITON_INTERPRET") == "1"
+    if choice == "auto":
+        return INTERPRETER if forced or not torch.cuda.is_available() else "cuda"
+    if choice == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device", "cuda", "'auto' or 'interpreter': no CUDA device is visible")
+        if forced:
+            raise ConfigError("device", "cuda", "'interpreter' while TRITON_INTERPRET=1 is set; unset it to use the GPU")
+    return choice
+
+
+def activate(device: str) -> None:
+    """Select compiled or interpreted Triton; `@triton.jit` decides when the kernels module is imported."""
+    want = device == INTERPRETER
+    if "convtune.kernels" in sys.modules:
+        have = os.environ.get("TRITON_INTERPRET") == "1"
+        if have != want:
+            raise RuntimeError(f"the kernels were already loaded for the {'interpreter' if have else 'GPU'} in this "
+                               f"process; run device={device} in a fresh process")
+        return
+    if want:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def device_tags(device: str) -> dict[str, str]:
+    import torch
+    import triton
+
+    tags = {"torch_version": str(torch.__version__), "triton_version": str(triton.__version__)}
+    if device == INTERPRETER:
+        return {**tags, "device": INTERPRETER, "compute_capability": "none"}
+    major, minor = torch.cuda.get_device_capability()
+    return {**tags, "device": torch.cuda.get_device_name(), "compute_capability": f"{major}.{minor}"}
+
+
+def git_tags(where: Path = Path(__file__).parent) -> dict[str, str]:
+    """The commit of the checkout that holds this package, and whether it has uncommitted changes."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+    return {"git_commit": commit, "git_dirty": str(bool(git("status", "--porcelain", "--untracked-files=no")))}
+
+
+def named_on_command_line(task_overrides: Iterable[str], key: str) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in task_overrides)
+
+
+def main_config_dir(config_sources: Iterable[Any]) -> Optional[Path]:
+    for src in config_sources:
+        if src.provider == "main" and src.schema == "file":
+            return Path(src.path)
+    return None
+
+
+@dataclass
+class Target:
+    device: str
+    problem: DictConfig  # the `problem` node to run (possibly switched to tiny for the interpreter)
+    notice: Optional[str]  # one line for the user when the problem was switched
+
+
+def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Optional[Path]) -> Target:
+    """Resolve the device; under the interpreter, swap an oversized default problem for `tiny` (announced),
+    and refuse one the user named explicitly."""
+    device = resolve_device(enum_value(cfg.device))
+    problem = cfg.problem
+    if device != INTERPRETER:
+        return Target(device, problem, None)
+    try:
+        gflop = ConvProblem.from_mapping(problem).flops / 1e9
+    except ValueError:
+        return Target(device, problem, None)  # an invalid problem fails its own run, with its own message
+    limit = cfg.bench.interpreter_max_gflop
+    if gflop <= limit:
+        return Target(device, problem, None)
+    if named_on_command_line(task_overrides, "problem") or config_dir is None:
+        raise ConfigError("problem", problem.name,
+                          f"at most {limit} GFLOP under the Triton interpreter (it has {gflop:.3g}); "
+                          "use problem=tiny, or run on a GPU")
+    tiny = OmegaConf.merge(OmegaConf.structured(ProblemConfig), OmegaConf.load(config_dir / "problem" / "tiny.yaml"))
+    return Target(device, tiny, f"no CUDA device: running problem=tiny through the Triton interpreter instead of "
+                                f"{problem.name} ({gflop:.3g} GFLOP); name a problem to choose another")
+
+
+def target_for(cfg: DictConfig, hc: Any) -> Target:
+    """choose_target with what Hydra knows: the task overrides and the primary config folder."""
+    return choose_target(cfg, hc.overrides.task, main_config_dir(hc.runtime.config_sources))
+
+
+def pins_path(cfg: DictConfig, base: Path) -> Path:
+    """pins_file (relative to `base`, where the command was started) or the library's pins file.
+    Call after activate(): importing convtune.kernels.pins imports the kernels package."""
+    from convtune.kernels.pins import default_path
+
+    if cfg.pins_file:
+        p = Path(cfg.pins_file)
+        return p if p.is_absolute() else base / p
+    return default_path()
+
+
+def experiment_name(cfg: DictConfig, problem_name: str, device: str, problem_swept: bool = False) -> str:
+    """tracking.experiment if set, else the problem's name ('suite' when a sweep covers several problems).
+    Interpreter runs go to their own experiment so they never mix with GPU results."""
+    name = cfg.tracking.experiment or ("suite" if problem_swept else problem_name)
+    return f"{name} [interpreter]" if device == INTERPRETER else name
+
+
+# Timing under the interpreter: 2 rounds of 2 calls show the pipeline works without spending a minute on a
+# number nobody should read (0.4 s a call on `tiny`); promote's contest: 4 rounds of 1 call, enough to exercise
+# the decision.
+INTERPRETER_TIMING = dict(rounds=2, reps=2, warmup=0)
+INTERPRETER_CONTEST = dict(rounds=4, reps=1)
+
+
+@dataclass
+class Setup:
+    """Everything a command needs before it measures anything. `error` holds what made the setup incomplete
+    (an invalid problem, a bad pin, ...): a job still records its run, failed, with what is known."""
+    cfg: DictConfig
+    cwd: Path
+    device: str = "unknown"  # cuda | interpreter
+    problem_node: Any = None  # the `problem` config node to run (tiny under the interpreter, if swapped)
+    notice: Optional[str] = None  # one line for the user when the problem was swapped
+    problem: Optional[ConvProblem] = None
+    variant: Any = None  # convtune.kernels.KernelVariant
+    precision: str = ""
+    check: str = ""
+    given: dict[str, Optional[int]] = field(default_factory=dict)  # the launch keys as the config gives them
+    meta: Any = None  # convtune.kernels.Meta: the given keys over the configured (pinned or default) one
+    meta_source: str = ""  # explicit | pin | pin (nearest ...) | default
+    configured_meta: Any = None  # the pinned (or nearest pinned, or default) configuration, before the given keys
+    configured_source: str = ""
+    pins_path: Optional[Path] = None
+    device_tags: dict[str, str] = field(default_factory=dict)
+    tracking_uri: str = ""
+    timing: Any = None  # convtune.measure.bench.TimingSettings, as used
+    error: Optional[Exception] = None
+
+    @property
+    def interpreted(self) -> bool:
+        return self.device == INTERPRETER
+
+    @property
+    def gpu(self) -> str:
+        """The device name runs are tagged with and pins are filed under (promote.device_name may name another)."""
+        return self.device_tags.get(Tag.DEVICE, "unknown")
+
+    @property
+    def problem_name(self) -> str:
+        return (self.problem_node or self.cfg.problem).name
+
+    def identity(self, gpu: Optional[str] = None) -> Identity:
+        assert self.problem is not None and self.variant is not None
+        return Identity(gpu or self.gpu, self.variant.name, self.variant.source_hash, self.problem.key(), self.precision)
+
+    def pin_key(self) -> str:
+        from convtune.kernels.pins import pin_key
+
+        return pin_key(self.identity().problem_key, self.precision)
+
+    def experiment(self, problem_swept: bool = False) -> str:
+        return experiment_name(self.cfg, self.problem_name, self.device, problem_swept)
+
+    def contest_timing(self, rounds: int, reps: int) -> tuple[int, int]:
+        if self.interpreted:
+            return min(rounds, INTERPRETER_CONTEST["rounds"]), INTERPRETER_CONTEST["reps"]
+        return rounds, reps
+
+    def params(self) -> dict[str, Any]:
+        """The run's params: the launch keys as run, what was chosen, and the timing settings as used."""
+        cfg = self.cfg
+        out: dict[str, Any] = {k: ("default" if v is None else v) for k, v in self.given.items()}
+        out.update({Param.KERNEL: cfg.kernel.name, Param.PRECISION: self.precision, Param.CHECK: self.check,
+                    Param.DEVICE_CHOICE: enum_value(cfg.device), Param.SEED: cfg.seed, Param.PROBLEM: self.problem_name})
+        out.update({f"{Param.BENCH_PREFIX}{k}": enum_value(v) for k, v in cfg.bench.items()})
+        if self.timing is not None and self.interpreted:
+            out.update({f"{Param.BENCH_PREFIX}{k}": getattr(self.timing, k) for k in INTERPRETER_TIMING})
+        if self.meta is not None:
+            out.update(self.meta.as_dict())
+        if self.problem is not None:
+            out.update(self.problem.params())
+        return out
+
+    def tags(self) -> dict[str, Any]:
+        """The run's tags as far as the setup knows them (measure adds its own)."""
+        out: dict[str, Any] = {Tag.PROBLEM: self.problem_name, Tag.PRECISION: self.precision,
+                               Tag.KERNEL: self.cfg.kernel.name, **git_tags(), **self.device_tags}
+        if self.variant is not None:
+            out[Tag.KERNEL_SOURCE_HASH] = self.variant.source_hash
+        if self.meta is not None:
+            out[Tag.META_SOURCE] = self.meta_source
+        if self.problem is not None:
+            out[Tag.PROBLEM_KEY] = self.problem.key()
+        return out
+
+    def label(self) -> str:
+        if self.meta is not None:
+            return self.meta.label()
+        return " ".join(f"{k}={'default' if v is None else v}" for k, v in self.given.items())
+
+    def run_name(self) -> str:
+        if self.meta is not None:
+            return self.meta.short()
+        return "-".join("default" if v is None else str(v) for v in self.given.values())
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def hydra_node(cfg: DictConfig) -> Any:
+    """Hydra's own config: from the running app, or the `hydra` node a callback's config carries."""
+    if "hydra" in cfg:
+        return cfg.hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get()
+
+
+def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = True) -> Setup:
+    """The setup for `cfg`. `device` forces a device (export: the problem as named, since writing runs no
+    kernel); `swap_problem=False` keeps an oversized problem under the interpreter (no kernel will run)."""
+    from convtune.measure.bench import TimingSettings
+
+    hc = hydra_node(cfg)
+    s = Setup(cfg=cfg, cwd=Path(hc.runtime.cwd), precision=enum_value(cfg.precision), check=enum_value(cfg.check),
+              given={k: cfg[k] for k in META_KEYS}, problem_node=cfg.problem)
+    s.tracking_uri = resolve_uri(cfg.tracking.uri, s.cwd)
+    try:
+        if device is not None or not swap_problem:
+            s.device = device or resolve_device(enum_value(cfg.device))
+        else:
+            target = target_for(cfg, hc)
+            s.device, s.problem_node, s.notice = target.device, target.problem, target.notice
+        activate(s.device)
+        s.device_tags = device_tags(s.device)
+        from convtune import kernels  # only now: TRITON_INTERPRET is settled
+
+        b = cfg.bench
+        s.timing = TimingSettings(enum_value(b.mode), b.rounds, b.reps, b.warmup, b.flush_l2)
+        if s.interpreted:
+            s.timing = replace(s.timing, rounds=min(b.rounds, INTERPRETER_TIMING["rounds"]),
+                               reps=min(b.reps, INTERPRETER_TIMING["reps"]), warmup=INTERPRETER_TIMING["warmup"])
+        s.variant = kernels.get_variant(cfg.kernel.name)
+        s.problem = ConvProblem.from_mapping(s.problem_node)
+        s.pins_path = pins_path(cfg, s.cwd)
+        gpu = cfg.promote.device_name or s.gpu
+        s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_path, gpu, s.problem,
+                                                                         s.precision)
+        s.meta = kernels.Meta.fill(s.given, s.configured_meta)
+        s.meta_source = "explicit" if all(v is not None for v in s.given.values()) else s.configured_source
+    except (ValueError, RuntimeError) as e:  # ConfigError, PinsError, UnsupportedProblem, a device mismatch
+        s.error = e
+    return s

@@ -1,0 +1,86 @@
+"""The sweep summary: every configuration of a sweep in one table, best first. Pure formatting of runs read back
+from the store (tracking's plain dicts, read through the run record's RunView)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from convtune.record import META_KEYS, Metric, RunView, Status, Tag
+
+__all__ = ["META_KEYS", "config_label", "counts", "markdown", "per_problem", "ranked", "rows"]
+
+COLUMNS = ("rank", "config", "status", "latency_ms", "p20–p80 ms", "cv", "tflops", "% peak",
+           "vs cuDNN", "rel_err", "note")
+
+
+def _views(runs: Iterable[Any]) -> list[RunView]:
+    return [r if isinstance(r, RunView) else RunView(r) for r in runs]
+
+
+def ranked(runs: Iterable[Any]) -> list[RunView]:
+    """ok runs by latency, then incorrect, failed, killed, anything else (still running)."""
+    def order(r: RunView) -> tuple[int, float]:
+        latency = r.latency_ms
+        return Status.ORDER.get(r.status, 4), float("inf") if latency is None else latency
+    return sorted(_views(runs), key=order)
+
+
+def config_label(params: dict[str, str]) -> str:
+    return " ".join(f"{k}={params[k]}" for k in META_KEYS if k in params)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "" if v is None else format(v, spec)
+
+
+def rows(runs: Iterable[Any]) -> list[list[str]]:
+    out = []
+    for i, r in enumerate(ranked(runs), 1):
+        m = r.metric
+        p20, p80 = m(Metric.LATENCY_P20_MS), m(Metric.LATENCY_P80_MS)
+        spread = f"{p20:.3f}–{p80:.3f}" if p20 is not None and p80 is not None else ""
+        speedup = m(Metric.SPEEDUP_VS_CUDNN)
+        out.append([
+            str(i) if r.ok else "-", r.config_label(), r.status,
+            _fmt(r.latency_ms, ".4f"), spread, _fmt(m(Metric.LATENCY_CV), ".2%"),
+            _fmt(m(Metric.TFLOPS), ".1f"), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
+            _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),
+            _fmt(m(Metric.REL_ERR), ".1e"), (r.tag(Tag.ERROR_MESSAGE) or "")[:90],
+        ])
+    return out
+
+
+def markdown(runs: Iterable[Any]) -> str:
+    table = [list(COLUMNS)] + rows(runs)
+    widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
+    line = lambda row: "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |"  # noqa: E731
+    return "\n".join([line(table[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in table[1:]])
+
+
+def per_problem(runs: Iterable[Any]) -> str:
+    """For a sweep over several problems: the best correct run of each against cuDNN, and the geomean."""
+    best: dict[str, RunView] = {}
+    for r in ranked(runs):
+        if r.ok:
+            best.setdefault(r.problem or "?", r)
+    head = ["problem", "cuDNN ms", "ours ms", "speedup", "TFLOPS", "% of floor", "config"]
+    body, logs = [], []
+    for name, r in best.items():
+        sp = r.metric(Metric.SPEEDUP_VS_CUDNN)
+        if sp:
+            logs.append(math.log(sp))
+        body.append([name, _fmt(r.metric(Metric.CUDNN_MS), ".4f"), _fmt(r.latency_ms, ".4f"),
+                     _fmt(sp, ".2f") + ("x" if sp else ""), _fmt(r.metric(Metric.TFLOPS), ".1f"),
+                     _fmt(r.metric(Metric.PCT_OF_FLOOR), ".1f"), r.config_label()])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
+    if logs:
+        lines.append(f"\ngeometric mean speedup over cuDNN: {math.exp(sum(logs) / len(logs)):.2f}x ({len(logs)} problems)")
+    return "\n".join(lines)
+
+
+def counts(runs: Iterable[Any]) -> dict[str, int]:
+    c = {s: 0 for s in Status.ORDER}
+    for r in _views(runs):
+        c[r.status] = c.get(r.status, 0) + 1
+    return c
