@@ -4,6 +4,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton's jit: kernels then run on the CPU
 
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -23,19 +24,52 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def empty_store_file(tmp_path_factory):
+    """One MLflow SQLite database, created (its schema migrated) once per test session: creating one takes
+    ~2 s, and most tests only need an empty store, not its creation."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def store(tmp_path):
-    """A real, empty MLflow SQLite store in a temp folder."""
+def store(tmp_path, empty_store_file):
+    """A real, empty MLflow SQLite store in a temp folder (a copy of the session's freshly created one)."""
+    path = tmp_path / "mlruns" / "mlflow.db"
+    path.parent.mkdir(parents=True)
+    shutil.copyfile(empty_store_file, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def new_store(tmp_path):
+    """A store that does not exist yet, where its creation is what a test is about."""
     return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
 
 
 @pytest.fixture
 def run_cli(tmp_path, store):
     """Run `python run.py ...` as a user would, against the temp store; returns the CompletedProcess."""
-    def run(*args, env_extra=None, timeout=600):
+    def run(*args, env_extra=None, timeout=600, uri=None):
         env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
         # a temp pins file too: a test must never write the package's own pins (microtune promotes)
-        cmd = [sys.executable, "run.py", *args, f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
+        cmd = [sys.executable, "run.py", *args, f"tracking.uri={uri or store}", f"pins_file={tmp_path / 'pins.yaml'}",
                f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return run
+
+
+def compose(*overrides):
+    """The composed config with its `hydra` node, as `python run.py ...` would compose it from ROOT, for
+    calling a task in-process (setup.resolve reads the hydra node a composed config carries)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from convtune.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)

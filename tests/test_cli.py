@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from convtune import record
 from tests.conftest import ROOT
 
 PRESETS = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
@@ -37,10 +38,18 @@ def test_single_run_logs_params_metrics_tags_and_config(run_cli, store):
     assert len(t["kernel_source_hash"]) == 12 and t["git_dirty"] in ("True", "False", "unknown")
     assert {"torch_version", "triton_version", "git_commit", "problem_key"} <= set(t)
     assert "config.yaml" in [a.path for a in c.list_artifacts(run.info.run_id)]
+    assert_declared(run)
 
 
-def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, store):
-    r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=2,4")
+def assert_declared(run):
+    """Every name a run wrote is declared by the run record (convtune/record.py), so readers can rely on it."""
+    for kind, names in (("tags", run.data.tags), ("params", run.data.params), ("metrics", run.data.metrics)):
+        assert record.undeclared(kind, names) == [], (kind, record.undeclared(kind, names))
+
+
+def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
+    store = new_store  # the sweep's callback creates the store, once, before any job starts
+    r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=2,4", uri=store)
     assert r.returncode == 0, r.stderr
     assert "[1/2]" in r.stdout and "[2/2]" in r.stdout
     c, runs = runs_of(store)
@@ -54,6 +63,8 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, store):
     assert {"summary.md", "multirun.yaml", "roofline.png", "latency.png"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
     summary = Path(c.download_artifacts(parent.info.run_id, "summary.md")).read_text()
     assert summary.count("| ok ") == 2 and "num_warps=2" in summary and "| rank " in r.stdout
+    for run in runs:
+        assert_declared(run)
 
 
 def test_a_bad_config_fails_alone_and_the_sweep_goes_on(run_cli, store):

@@ -1,4 +1,5 @@
-"""promote.py end to end on the interpreter: real sweeps into a temp SQLite store, real promote runs."""
+"""Promote on the interpreter against recorded runs in a real temp SQLite store: the task called in-process on a
+composed config (the decision's every branch is in test_contest.py); the CLI itself where it is the subject."""
 
 import os
 import re
@@ -8,12 +9,16 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from convtune.errors import ConfigError
 from convtune.kernels import Meta, get_variant, pins
+from convtune.record import Identity, Status, undeclared
 from convtune.track.store import Tracker
-from tests.conftest import ROOT
+from convtune.tune.export import run_export
+from convtune.tune.promote import run_promote
+from tests.conftest import ROOT, compose
 
 KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"
-FAST = ["BLOCK_M=128", "BLOCK_N=64", "BLOCK_K=32", "num_warps=4", "num_stages=3"]
+FAST = Meta(128, 64, 32, 4, 3)  # 1 program on tiny
 SLOW = Meta(16, 16, 16, 4, 2)  # 40 programs on tiny against 4: ~10x slower under the interpreter
 
 
@@ -25,66 +30,82 @@ def pins_file(tmp_path):
 
 
 def promote(tmp_path, store, pins_file, *args):
+    """`python promote.py ...` as a user runs it (for what the command line itself prints)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cmd = [sys.executable, "promote.py", "problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}",
            f"hydra.run.dir={tmp_path / 'promote_out'}", "promote.rounds=4", "promote.reps=1", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def plant(store, **tags):
-    """A real run in the store that would win if promote considered it (0.001 ms)."""
+def promote_here(capsys, store, pins_file, *args):
+    """run_promote in this process on the composed config; returns (exit status, what it printed)."""
+    cfg = compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", "promote.rounds=2",
+                  "promote.reps=1", *args)
+    status = run_promote(cfg)
+    return status, capsys.readouterr().out
+
+
+IDENTITY = Identity("interpreter", "implicit_gemm", get_variant("implicit_gemm").source_hash, KEY.rsplit("/", 1)[0], "tf32")
+
+
+def record(store, meta, latency_ms, status=Status.OK, **tags):
+    """A run as a job records it (the run record's identity tags, the launch keys, the latency)."""
     t = Tracker(store)
     exp = t.experiment_id("tiny [interpreter]")
-    base = {"problem_key": KEY.rsplit("/", 1)[0], "kernel": "implicit_gemm", "precision": "tf32",
-            "device": "interpreter", "status": "ok", "kernel_source_hash": get_variant("implicit_gemm").source_hash}
-    run = t.start_run(exp, "planted", {**base, **tags})
-    t.log(run, params=dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"), (32, 32, 32, 2, 2))),
-          metrics={"latency_ms": 0.001})
-    t.end(run, "FAILED" if tags.get("status") == "incorrect" else "FINISHED")
+    run = t.start_run(exp, meta.short(), {**IDENTITY.tags(), "status": status, **tags})
+    t.log(run, params=meta.as_dict(), metrics={"latency_ms": latency_ms} if status == Status.OK else {})
+    t.end(run, Status.mlflow(status))
     return run
 
 
-def test_promote_replaces_a_slow_pin_and_ignores_failed_stale_and_other_device_runs(run_cli, tmp_path, store, pins_file):
-    assert run_cli("-m", "problem=tiny", "bench=fast", *FAST).returncode == 0
-    assert run_cli("-m", "problem=tiny", "bench=fast", "BLOCK_M=48").returncode == 0  # a FAILED run
+def plant(store, **tags):
+    """A real run in the store that would win if promote considered it (0.001 ms)."""
+    return record(store, Meta(32, 32, 32, 2, 2), 0.001, **tags)
+
+
+def test_promote_replaces_a_slow_pin_and_ignores_failed_stale_and_other_device_runs(capsys, tmp_path, store, pins_file):
+    fast = record(store, FAST, 0.5)
+    record(store, Meta(48, 64, 32, 4, 3), None, status=Status.FAILED)  # BLOCK_M=48: a FAILED run
     planted = [plant(store, kernel_source_hash="0ld50urceh45"), plant(store, device="NVIDIA H200"),
                plant(store, status="incorrect")]
-    r = promote(tmp_path, store, pins_file)
-    assert r.returncode == 0, r.stderr
-    assert "ignoring 1 run(s) made with an older kernel source" in r.stdout
-    assert "decision: PROMOTE" in r.stdout and not any(p in r.stdout for p in planted)
+    status, out = promote_here(capsys, store, pins_file)
+    assert status == 0
+    assert "ignoring 1 run(s) made with an older kernel source" in out
+    assert "decision: PROMOTE" in out and not any(p in out for p in planted)
     entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
-    assert entry["meta"] == Meta(128, 64, 32, 4, 3).as_dict()
+    assert entry["meta"] == FAST.as_dict()
     prov = entry["provenance"]
     assert prov["previous"]["meta"] == SLOW.as_dict() and prov["gain"] > 0.02 and prov["remeasured"] is True
-    assert prov["kernel_source_hash"] == get_variant("implicit_gemm").source_hash and prov["run_id"]
-    assert re.search(r"^-\s+BLOCK_M: 16$", r.stdout, re.M) and re.search(r"^\+\s+BLOCK_M: 128$", r.stdout, re.M)  # the diff
+    assert prov["kernel_source_hash"] == get_variant("implicit_gemm").source_hash and prov["run_id"] == fast
+    assert re.search(r"^-\s+BLOCK_M: 16$", out, re.M) and re.search(r"^\+\s+BLOCK_M: 128$", out, re.M)  # the diff
     c = MlflowClient(store)
     assert c.get_run(prov["run_id"]).data.tags["convtune.promoted"] == "true"
     (decision,) = [x for x in c.search_runs([c.get_experiment_by_name("tiny [interpreter]").experiment_id])
                    if x.data.tags.get("kind") == "promote"]
     assert decision.data.tags["decision"] == "promoted" and decision.data.metrics["gain"] > 0.02
     assert {a.path for a in c.list_artifacts(decision.info.run_id)} == {"contest.md", "pins.diff"}
+    for kind, names in (("tags", decision.data.tags), ("params", decision.data.params), ("metrics", decision.data.metrics)):
+        assert undeclared(kind, names) == []  # the decision's record, too, uses only names the run record declares
 
 
-def test_promote_keeps_the_pin_when_the_gain_is_below_min_gain(run_cli, tmp_path, store, pins_file):
-    assert run_cli("-m", "problem=tiny", "bench=fast", *FAST).returncode == 0
+def test_promote_keeps_the_pin_when_the_gain_is_below_min_gain(capsys, tmp_path, store, pins_file):
+    record(store, FAST, 0.5)
     before = pins_file.read_text()
-    r = promote(tmp_path, store, pins_file, "promote.min_gain=100")
-    assert r.returncode == 0, r.stderr
-    assert "decision: KEEP: gain" in r.stdout and "< 10000 %" in r.stdout
+    status, out = promote_here(capsys, store, pins_file, "promote.min_gain=100")
+    assert status == 0
+    assert "decision: KEEP: gain" in out and "< 10000 %" in out
     assert pins_file.read_text() == before
 
 
-def test_no_gpu_pin_is_written_from_another_machine_unless_remeasure_is_off(tmp_path, store, pins_file):
+def test_no_gpu_pin_is_written_from_another_machine_unless_remeasure_is_off(capsys, tmp_path, store, pins_file):
     plant(store, device="NVIDIA H200")
     before = pins_file.read_text()
-    r = promote(tmp_path, store, pins_file, "promote.device_name=NVIDIA H200")
-    assert r.returncode == 1 and "refused: this machine is interpreter, not NVIDIA H200" in r.stdout
+    status, out = promote_here(capsys, store, pins_file, "promote.device_name=NVIDIA H200")
+    assert status == 1 and "refused: this machine is interpreter, not NVIDIA H200" in out
     assert pins_file.read_text() == before
-    r = promote(tmp_path, store, pins_file, "promote.device_name=NVIDIA H200", "promote.remeasure=false")
+    status, out = promote_here(capsys, store, pins_file, "promote.device_name=NVIDIA H200", "promote.remeasure=false")
     # the H200 has no pin and no logged run of its default config: nothing to compare against
-    assert r.returncode == 0 and "has no measurement" in r.stdout and pins_file.read_text() == before
+    assert status == 0 and "has no measurement" in out and pins_file.read_text() == before
 
 
 @pytest.mark.parametrize("override,message", [
@@ -92,9 +113,16 @@ def test_no_gpu_pin_is_written_from_another_machine_unless_remeasure_is_off(tmp_
     ("promote.rounds=1", "error: promote.rounds=1 is not allowed: an integer >= 2 (the bootstrap needs rounds)"),
     ("promote.confidence=1.5", "error: promote.confidence=1.5 is not allowed: a probability in [0.5, 1)"),
 ])
-def test_bad_promote_settings_fail_in_one_line(tmp_path, store, pins_file, override, message):
-    r = promote(tmp_path, store, pins_file, override)
-    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == message and "Traceback" not in r.stderr
+def test_bad_promote_settings_fail_in_one_line(store, pins_file, override, message):
+    with pytest.raises(ConfigError) as e:
+        run_promote(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", override))
+    assert f"error: {e.value}" == message
+
+
+def test_a_bad_promote_setting_is_one_line_on_the_command_line(tmp_path, store, pins_file):
+    r = promote(tmp_path, store, pins_file, "promote.top_k=0")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == "error: promote.top_k=0 is not allowed: an integer >= 1"
+    assert "Traceback" not in r.stderr
 
 
 def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
@@ -105,11 +133,11 @@ def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
     assert broken.read_text() == "pins: [1, 2\n"
 
 
-def test_export_writes_a_self_contained_kernelbench_file(tmp_path, store, pins_file):
+def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store, pins_file):
     out = tmp_path / "model_new.py"
-    r = promote(tmp_path, store, pins_file, "export=kernelbench", f"export_path={out}")
-    assert r.returncode == 0, r.stderr
-    assert "not checked: no GPU here" in r.stdout
+    assert run_export(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", "export=kernelbench",
+                              f"export_path={out}")) == 0
+    assert "not checked: no GPU here" in capsys.readouterr().out
     text = out.read_text()
     assert text.startswith("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
     assert "@triton.jit" in text and "class ModelNew(nn.Module)" in text and "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 16, 16, 16, 4, 2" in text

@@ -1,0 +1,61 @@
+"""Promote's decision (tune/contest.decide), every branch, on contenders as a contest leaves them."""
+
+import pytest
+
+from convtune.kernels import Meta
+from convtune.tune.contest import Contender, bootstrap_ratio, decide
+
+PIN, A, B = Meta(128, 128, 16, 4, 6), Meta(64, 128, 32, 4, 3), Meta(128, 64, 32, 8, 3)
+
+
+def c(meta, role, rounds=(), logged=None, correct=True):
+    return Contender(meta, role, run_id=None, logged_ms=logged, correct=correct, rounds_ms=list(rounds))
+
+
+def test_nobody_correct_means_no_decision():
+    d = decide([c(PIN, "pin", [1.0, 1.0], correct=False), c(A, "candidate", [0.5, 0.5], correct=False)], 0.02, 0.95)
+    assert not d.promote and d.winner is None and d.reason == "no correct contender could be timed"
+
+
+def test_the_pin_stays_when_it_is_the_fastest():
+    d = decide([c(PIN, "pin", [1.0, 1.0, 1.0]), c(A, "candidate", [1.2, 1.1, 1.3])], 0.02, 0.95)
+    assert not d.promote and d.winner.meta == PIN and d.reason == "the current pin is the fastest contender"
+
+
+def test_a_pin_that_is_no_longer_correct_is_replaced_whatever_the_gain():
+    d = decide([c(PIN, "pin", correct=False, logged=0.1), c(A, "candidate", [1.0, 1.0])], 0.02, 0.95)
+    assert d.promote and d.winner.meta == A and d.reason == "the current pin is no longer correct"
+
+
+def test_a_default_without_measurement_cannot_be_beaten_by_logged_numbers_alone():
+    d = decide([c(PIN, "default", correct=None), c(A, "candidate", logged=0.5, correct=None)], 0.02, 0.95)
+    assert not d.promote and d.winner is None
+    assert d.reason == "the current default has no measurement: re-measure on its GPU"
+
+
+def test_a_gain_under_min_gain_keeps_the_pin():
+    d = decide([c(PIN, "pin", [1.01] * 5), c(A, "candidate", [1.0] * 5)], 0.02, 0.95)
+    assert not d.promote and d.gain == pytest.approx(0.01) and d.reason == "gain 1.0 % < 2 %"
+
+
+def test_a_gain_whose_lower_bound_misses_min_gain_is_unstable():
+    # median ratio 1.10, but two of five rounds show no gain: the 95 % lower bound falls under 1.02
+    d = decide([c(PIN, "pin", [1.1, 1.1, 1.1, 1.0, 1.0]), c(A, "candidate", [1.0] * 5)], 0.02, 0.95)
+    assert not d.promote and d.reason.startswith("unstable: the 95 % lower bound of the speed ratio, 1.000")
+
+
+def test_a_clear_and_stable_gain_is_promoted():
+    d = decide([c(PIN, "pin", [1.2, 1.21, 1.19, 1.2]), c(A, "candidate", [1.0] * 4), c(B, "candidate", [1.1] * 4)],
+               0.02, 0.95)
+    assert d.promote and d.winner.meta == A and d.gain == pytest.approx(0.2)
+    assert d.ratio_lo >= 1.19 and d.reason.startswith("gain 20.0 % >= 2 % (lower bound 1.19")
+
+
+def test_logged_numbers_alone_decide_by_the_point_estimate():
+    d = decide([c(PIN, "pin", logged=1.0, correct=None), c(A, "candidate", logged=0.8, correct=None)], 0.02, 0.95)
+    assert d.promote and d.gain == pytest.approx(0.25) and d.ratio_lo == d.ratio_hi == pytest.approx(1.25)
+
+
+def test_bootstrap_bounds_bracket_the_median_ratio():
+    med, lo, hi = bootstrap_ratio([1.1, 1.2, 1.0, 1.3, 1.15], [1.0] * 5, 0.9)
+    assert lo <= med <= hi and med == pytest.approx(1.15) and lo >= 1.0 and hi <= 1.3

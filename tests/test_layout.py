@@ -1,0 +1,62 @@
+"""The rooms of the pipeline and what each may import (docs/DESIGN.md), checked on the source itself."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SRC = ROOT / "src"
+THIRD_PARTY_BANNED = {
+    "kernels": {"mlflow", "hydra", "omegaconf", "matplotlib"},
+    "measure": {"mlflow", "hydra", "omegaconf", "matplotlib"},
+    "track": {"torch", "triton", "hydra", "omegaconf"},
+    "record": {"torch", "triton", "hydra", "omegaconf", "mlflow"},
+    "hydra_plugins": set(),
+}
+CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
+    "kernels": {"convtune.errors"},
+    "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config"},
+    "track": {"convtune.record", "convtune.interrupts"},
+    "record": set(),
+    "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.setup",
+             "convtune.config", "convtune.problem", "convtune.errors"},
+    "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
+}
+
+
+def room_of(path: Path) -> str:
+    rel = path.relative_to(SRC).parts
+    if rel[0] == "hydra_plugins":
+        return "hydra_plugins"
+    return rel[1] if len(rel) > 2 else rel[1].removesuffix(".py")
+
+
+def imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names if node.module == "convtune"}
+    return names
+
+
+FILES = [p for p in sorted(SRC.rglob("*.py")) if room_of(p) in CONVTUNE_ALLOWED]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SRC)) for p in FILES])
+def test_each_room_imports_only_what_it_may(path):
+    room = room_of(path)
+    own = "hydra_plugins" if room == "hydra_plugins" else f"convtune.{room}"
+    allowed = CONVTUNE_ALLOWED[room] | {own}
+    bad = sorted(n for n in imports(path) if n.startswith("convtune") and n != "convtune"
+                 and not any(n == a or n.startswith(a + ".") for a in allowed))
+    banned = sorted(n for n in imports(path) if n.split(".")[0] in THIRD_PARTY_BANNED.get(room, set()))
+    assert bad == [] and banned == [], f"{path.relative_to(SRC)} imports {bad + banned}"
+
+
+def test_every_room_is_checked():
+    rooms = {room_of(p) for p in SRC.rglob("*.py")}
+    assert {"kernels", "measure", "track", "record", "tune", "hydra_plugins"} <= rooms
