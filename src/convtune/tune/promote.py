@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import datetime
 import difflib
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
 from convtune.config import TOLERANCE
 from convtune.errors import ConfigError
-from convtune.setup import git_tags, resolve
+from convtune.setup import Setup, git_tags, resolve
 from convtune.record import Identity, Metric, Param, RunView, Tag
 from convtune.track.store import Tracker
 
@@ -35,6 +36,17 @@ def validate(p: DictConfig) -> None:
             raise ConfigError(f"promote.{key}", p[key], allowed)
 
 
+@dataclass
+class Contest:
+    """What promote weighs: the pin (this key's own, or the default) and the best candidates."""
+    gpu: str
+    key: str
+    pin_meta: Any
+    pinned: bool  # False: the pin is the kernel's default
+    runs: list[RunView]
+    contenders: list[Any]  # contest.Contender, the pin first
+
+
 def run_promote(cfg: DictConfig) -> int:
     """Returns the process exit status: 0 for a decision (promoted or kept), 1 for a refusal."""
     validate(cfg.promote)
@@ -42,87 +54,101 @@ def run_promote(cfg: DictConfig) -> int:
     if setup.notice:
         print(setup.notice)
     setup.raise_error()
-    from convtune.kernels import Meta, pins  # only after resolve: the device decides how kernels load
-    from convtune.tune import contest
+    from convtune.tune import contest  # only after resolve: the device decides how kernels load
 
-    here = setup.device_tags
-    gpu = cfg.promote.device_name or setup.gpu
-    problem, variant, precision, path = setup.problem, setup.variant, setup.precision, setup.pins_path
-    identity = setup.identity(gpu)
-    key = setup.pin_key()
+    p = cfg.promote
+    tracker = Tracker(setup.tracking_uri)
+    c = gather(setup, tracker)
+    remeasured, refusal = False, None
+    if p.remeasure and c.gpu == setup.gpu:
+        rounds, reps = setup.contest_timing(p.rounds, p.reps)
+        contest.remeasure(setup.problem, setup.variant, c.contenders, setup.precision, TOLERANCE[setup.precision],
+                          rounds, reps, setup.device, check=setup.check)
+        remeasured = True
+    elif p.remeasure:
+        refusal = (f"this machine is {setup.gpu}, not {c.gpu}: the decision below uses logged numbers only and "
+                   "no pin is written (promote.remeasure=false writes from logged numbers)")
+    decision = contest.decide(c.contenders, p.min_gain, p.confidence)
+    report = contest.table(c.contenders, decision)
+    print(f"promote: {setup.problem.name} ({c.key}) · kernel {setup.variant.name} · {c.gpu} · {len(c.runs)} candidate "
+          f"run(s){'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
+    promoted = decision.promote and refusal is None and not p.dry_run
+    diff = write_winner(setup, tracker, c, decision, remeasured) if promoted else ""
+    if refusal:
+        print(f"refused: {refusal}")
+    record_decision(setup, tracker, c, decision, report, diff, "promoted" if promoted else "kept", refusal)
+    return 1 if refusal else 0
+
+
+def gather(setup: Setup, tracker: Tracker) -> Contest:
+    """The pin and the top-k candidates: the fastest logged run of each configuration, stale sources ignored
+    unless promote.allow_stale."""
+    from convtune.kernels import Meta, pins
+    from convtune.tune.contest import Contender
+
+    p = setup.cfg.promote
+    gpu = p.device_name or setup.gpu
+    identity, key, variant, problem = setup.identity(gpu), setup.pin_key(), setup.variant, setup.problem
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
     # would fall back on: a pin is written for this key only.
-    current = pins.entries(pins.load(path), gpu, variant.name).get(key)
+    current = pins.entries(pins.load(setup.pins_path), gpu, variant.name).get(key)
     pin_meta = Meta(**current["meta"]) if current else variant.default_meta(
-        problem.out_channels, problem.stride[1], problem.width, precision)
-    tracker = Tracker(setup.tracking_uri)
-
+        problem.out_channels, problem.stride[1], problem.width, setup.precision)
     runs = candidate_runs(tracker, identity)
     stale = [r for r in runs if identity.is_stale(r)]
-    if stale and not cfg.promote.allow_stale:
+    if stale and not p.allow_stale:
         print(f"ignoring {len(stale)} run(s) made with an older kernel source (promote.allow_stale=true admits them)")
         runs = [r for r in runs if r not in stale]
     elif stale:
         print(f"promote.allow_stale=true: {len(stale)} run(s) of an older kernel source are candidates")
-    best_by_meta: dict[Meta, RunView] = {}
+    best_by_meta: dict[Any, RunView] = {}
     for r in runs:
         m = Meta(**r.meta)
         if m not in best_by_meta or r.latency_ms < best_by_meta[m].latency_ms:
             best_by_meta[m] = r
     ranked = sorted(best_by_meta.items(), key=lambda kv: kv[1].latency_ms)
     pin_run = best_by_meta.get(pin_meta)
-    contenders = [contest.Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
-                                    pin_run and pin_run.latency_ms)]
-    contenders += [contest.Contender(m, "candidate", r.run_id, r.latency_ms)
-                   for m, r in ranked if m != pin_meta][: cfg.promote.top_k]
+    contenders = [Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
+                            pin_run and pin_run.latency_ms)]
+    contenders += [Contender(m, "candidate", r.run_id, r.latency_ms) for m, r in ranked if m != pin_meta][: p.top_k]
+    return Contest(gpu, key, pin_meta, current is not None, runs, contenders)
 
-    p = cfg.promote
-    remeasured = False
-    refusal: Optional[str] = None
-    if p.remeasure and gpu == setup.gpu:
-        rounds, reps = setup.contest_timing(p.rounds, p.reps)
-        contest.remeasure(problem, variant, contenders, precision, TOLERANCE[precision], rounds, reps, setup.device,
-                          check=setup.check)
-        remeasured = True
-    elif p.remeasure:
-        refusal = (f"this machine is {setup.gpu}, not {gpu}: the decision below uses logged numbers only and "
-                   "no pin is written (promote.remeasure=false writes from logged numbers)")
-    decision = contest.decide(contenders, p.min_gain, p.confidence)
-    report = contest.table(contenders, decision)
-    print(f"promote: {problem.name} ({key}) · kernel {variant.name} · {gpu} · {len(runs)} candidate run(s)"
-          f"{'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
 
-    diff = ""
-    if decision.promote and refusal is None and not p.dry_run:
-        w = decision.winner
-        provenance = {
-            "run_id": w.run_id, "experiment": setup.experiment(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": problem.name,
-            "previous": {"meta": pin_meta.as_dict(), "source": "pin" if current else "kernel default"},
-            "gain": round(decision.gain, 4), "ratio_lower_bound": round(decision.ratio_lo, 4),
-            "torch_version": here[Tag.TORCH_VERSION], "triton_version": here[Tag.TRITON_VERSION],
-            "kernel_source_hash": variant.source_hash,
-        }
-        before, after = pins.write_pin(path, gpu, variant.name, key, w.meta, provenance)
-        diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
-        print(f"\npins file {path}:\n{diff}")
-        if w.run_id:
-            tracker.log(w.run_id, tags={Tag.PROMOTED: "true"})
-    if refusal:
-        print(f"refused: {refusal}")
+def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, remeasured: bool) -> str:
+    """Write the winner's pin with its provenance, mark its run promoted; returns the pins file's diff."""
+    from convtune.kernels import pins
 
-    exp = tracker.experiment_id(setup.experiment())
-    run = tracker.start_run(exp, f"promote {problem.name}", {Tag.KIND: "promote", **git_tags()})
-    tracker.log(run, params={Param.PROBLEM: problem.name, Param.PROBLEM_KEY: problem.key(), Param.KERNEL: variant.name,
-                             Param.PRECISION: precision, Param.TARGET_DEVICE: gpu,
-                             **{f"{Param.PROMOTE_PREFIX}{k}": v for k, v in p.items()}},
+    w, path, here = decision.winner, setup.pins_path, setup.device_tags
+    provenance = {
+        "run_id": w.run_id, "experiment": setup.experiment(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
+        "previous": {"meta": c.pin_meta.as_dict(), "source": "pin" if c.pinned else "kernel default"},
+        "gain": round(decision.gain, 4), "ratio_lower_bound": round(decision.ratio_lo, 4),
+        "torch_version": here[Tag.TORCH_VERSION], "triton_version": here[Tag.TRITON_VERSION],
+        "kernel_source_hash": setup.variant.source_hash,
+    }
+    before, after = pins.write_pin(path, c.gpu, setup.variant.name, c.key, w.meta, provenance)
+    diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
+    print(f"\npins file {path}:\n{diff}")
+    if w.run_id:
+        tracker.log(w.run_id, tags={Tag.PROMOTED: "true"})
+    return diff
+
+
+def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, report: str, diff: str,
+                    outcome: str, refusal: Optional[str]) -> None:
+    """The decision as an MLflow run (kind=promote) beside the runs it weighed, with contest.md and pins.diff."""
+    p, problem = setup.cfg.promote, setup.problem
+    run = tracker.start_run(tracker.experiment_id(setup.experiment()), f"promote {problem.name}",
+                            {Tag.KIND: "promote", **git_tags()})
+    tracker.log(run, params={Param.PROBLEM: problem.name, Param.PROBLEM_KEY: problem.key(),
+                             Param.KERNEL: setup.variant.name, Param.PRECISION: setup.precision,
+                             Param.TARGET_DEVICE: c.gpu, **{f"{Param.PROMOTE_PREFIX}{k}": v for k, v in p.items()}},
                 metrics={k: v for k, v in ((Metric.GAIN, decision.gain), (Metric.RATIO_LOWER_BOUND, decision.ratio_lo),
                                            (Metric.RATIO_UPPER_BOUND, decision.ratio_hi)) if v is not None},
-                tags={Tag.DECISION: "promoted" if decision.promote and not refusal and not p.dry_run else "kept",
-                      Tag.REASON: refusal or decision.reason, Tag.DEVICE: setup.gpu})
+                tags={Tag.DECISION: outcome, Tag.REASON: refusal or decision.reason, Tag.DEVICE: setup.gpu})
     tracker.log_text(run, report + "\n", "contest.md")
     if diff:
         tracker.log_text(run, diff, "pins.diff")
     tracker.end(run, "FINISHED")
-    return 1 if refusal else 0
