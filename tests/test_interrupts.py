@@ -121,3 +121,31 @@ def test_cleanups_run_newest_first_and_each_once():
     finally:
         interrupts._closing = False
         a.cancel()
+
+
+def test_after_kill_9_the_next_run_marks_the_dead_processes_runs_killed(tmp_path, store, run_cli):
+    proc = start_held(tmp_path, store, "job_running", "-m", "num_warps=2,4")
+    proc.kill()  # SIGKILL: no handler runs, the parent and the first child stay RUNNING in the store
+    proc.communicate(timeout=60)
+    _, runs = all_runs(store)
+    assert sorted(r.info.status for r in runs) == ["RUNNING", "RUNNING"]
+    r = run_cli("problem=tiny", "bench=fast")
+    assert r.returncode == 0, r.stderr
+    assert "marked 2 run(s) KILLED whose process on this host is gone (kill -9 or a crash)" in r.stdout
+    _, runs = all_runs(store)
+    killed = [x for x in runs if x.info.status == "KILLED"]
+    assert len(killed) == 2 and len(runs) == 3 and all(x.data.tags["status"] == "killed" for x in killed)
+    assert all(x.data.tags["error.type"] == "ProcessGone" and str(proc.pid) in x.data.tags["error.message"] for x in killed)
+
+
+def test_a_process_is_alive_only_while_its_pid_and_start_time_match():
+    from convtune.track.store import _process_alive, this_process
+
+    me = this_process()["process"]
+    assert _process_alive(me)
+    pid, _, start = me.partition(":")
+    if start:  # /proc is there: a reused pid with another start time is not this run's process
+        assert not _process_alive(f"{pid}:{int(start) + 1}")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid no longer exists
+    assert not _process_alive(f"{gone.pid}:")

@@ -1,10 +1,16 @@
 """The MLflow layer against a real SQLite store, and the sweeper's job plan."""
 
+import os
+import sqlite3
+import subprocess
+import sys
+
 from mlflow.tracking import MlflowClient
 
 from convtune.track import summary
 from convtune.track.store import Tracker, resolve_uri
 from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
+from tests.conftest import ROOT
 
 
 def test_resolve_uri_makes_relative_sqlite_paths_absolute(tmp_path):
@@ -66,3 +72,32 @@ def test_config_list_times_product_and_command_line_wins():
     assert len(jobs) == 4
     assert ["BLOCK_M=32", "num_warps=8", "precision=tf32"] in jobs  # num_warps from the command line replaces 4
     assert all(sum(o.startswith("num_warps=") for o in j) == 1 for j in jobs)
+
+
+def test_eight_sweeps_started_at_once_on_a_new_store_lose_nothing(tmp_path, new_store):
+    """Before the store was created under a lock into a temporary file, 4 sweeps at once broke a new store
+    for good ("table _alembic_tmp_latest_metrics already exists") and 2-3 lost whole sweeps."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    procs = [subprocess.Popen([sys.executable, "run.py", "-m", "problem=tiny", "bench=fast", "num_warps=4",
+                               f"tracking.uri={new_store}", f"pins_file={tmp_path / 'pins.yaml'}",
+                               f"hydra.sweep.dir={tmp_path / f'sweep{i}'}"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outs if "Error" in err]
+    c = MlflowClient(new_store)
+    runs = c.search_runs([c.get_experiment_by_name("tiny [interpreter]").experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 8 and len(runs) == 16 and all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.data.tags["status"] == "ok" for r in runs if r not in parents)
+    path = new_store[len("sqlite:///"):]
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(store):
+    t = Tracker(store)
+    exp = t.client.get_experiment(t.experiment_id("fresh"))
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    old = t.client.create_experiment("made elsewhere")  # no kind: the UI's GenAI view
+    assert t.experiment_id("made elsewhere") == old
+    assert t.client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"

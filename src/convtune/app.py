@@ -21,7 +21,7 @@ from convtune.config import TOLERANCE
 from convtune.setup import Setup, enum_value, experiment_name, resolve
 from convtune.sweep import SweepState
 from convtune.record import Metric, Status, Tag
-from convtune.track.store import Tracker
+from convtune.track.store import Tracker, say_reaped
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     recording included) records it KILLED: the entry point's interrupts.guard runs the registered cleanup."""
     job = _Job(cfg)
     tracker = Tracker(job.sweep.tracking_uri if job.sweep else job.setup.tracking_uri)
+    if job.sweep is None:  # a sweep reaps once, when it starts (sweep.py)
+        say_reaped(tracker.reap_orphans())
     metrics: dict[str, float] = {}
     with interrupts.deferred():  # no window between the run's creation and its cleanup's registration
         run_id = tracker.start_run(job.experiment_id(tracker), job.setup.run_name(), job.tags,

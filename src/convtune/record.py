@@ -40,6 +40,8 @@ class Tag:
     COMPUTE_CAPABILITY = "compute_capability"
     TORCH_VERSION = "torch_version"
     TRITON_VERSION = "triton_version"
+    HOST = "host"  # the machine and process that recorded the run (track.store reaps runs of dead processes)
+    PROCESS = "process"  # pid:start ticks
     GIT_COMMIT = "git_commit"
     GIT_DIRTY = "git_dirty"
     META_SOURCE = "meta_source"  # explicit | pin | pin (nearest ...) | default

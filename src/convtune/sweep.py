@@ -20,7 +20,7 @@ from convtune import interrupts
 from convtune.setup import experiment_name, git_tags, target_for
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
-from convtune.track.store import Tracker, resolve_uri
+from convtune.track.store import Tracker, resolve_uri, say_reaped
 
 STATE_FILE = "convtune_sweep.json"
 
@@ -121,6 +121,7 @@ class SweepCallback(Callback):
                 Tag.TOTAL_JOBS: "?" if jobs is None else len(jobs), **git_tags()}
         with interrupts.deferred():  # the store's creation and the parent's registration are never cut
             tracker = Tracker(uri)  # creates the SQLite database, once, here
+            say_reaped(tracker.reap_orphans())
             exp_id = tracker.experiment_id(name)
             parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
             state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs))

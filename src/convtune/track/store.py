@@ -8,19 +8,27 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
+import socket
+import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
+from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.time import get_current_time_millis
 
 from convtune import interrupts
+from convtune.record import Status, Tag
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+# The MLflow UI (3.x) opens an experiment without this tag on its GenAI trace overview; with it, on the runs
+# table of the training view (the UI's code reads mlflow.experimentKind; custom_model_development = training).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 def resolve_uri(uri: str, base_dir: Path) -> str:
@@ -32,6 +40,64 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{path}"
     return uri
+
+
+def ensure_sqlite_store(uri: str) -> None:
+    """Create a new SQLite store safely: under a file lock, into a temporary file (schema migrated, WAL mode for
+    parallel writers on one host), renamed into place. Several processes creating one store at once, or a
+    Ctrl-C in the ~2 s of its creation, left it unopenable before ("table _alembic_tmp_latest_metrics already
+    exists"); now a store either does not exist or is complete. Other URIs: nothing to do."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=600):
+        if path.exists():
+            return  # another process created it while this one waited
+        for stale in path.parent.glob(f".{path.name}.creating-*"):  # left by a creator that was interrupted
+            stale.unlink(missing_ok=True)
+        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()  # creates the tables, migrated
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")  # persistent: readers and writers of one host stop blocking
+        finally:
+            con.close()
+        os.replace(tmp, path)
+
+
+def this_process() -> dict[str, str]:
+    """The host and process a run is recorded by: `pid:start` (the start time in clock ticks since boot, from
+    /proc, tells a reused pid apart; without /proc, the pid alone)."""
+    return {Tag.HOST: socket.gethostname(), Tag.PROCESS: f"{os.getpid()}:{_start_ticks(os.getpid()) or ''}"}
+
+
+def _start_ticks(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22, after the command name
+    except (OSError, IndexError):
+        return None
+
+
+def _process_alive(process: str) -> bool:
+    pid_text, _, start = process.partition(":")
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError):
+        return True  # unreadable or another user's: never reap what may be alive
+    return not start or _start_ticks(pid) in (None, start)
+
+
+def say_reaped(run_ids: list[str]) -> None:
+    if run_ids:
+        print(f"marked {len(run_ids)} run(s) KILLED whose process on this host is gone (kill -9 or a crash): "
+              + ", ".join(run_ids), flush=True)
 
 
 def _artifact_location(uri: str, experiment: str) -> Optional[str]:
@@ -54,6 +120,7 @@ def _uninterrupted(method: Any) -> Any:
 class Tracker:
     def __init__(self, uri: str) -> None:
         self.uri = uri
+        ensure_sqlite_store(uri)
         self.client = MlflowClient(tracking_uri=uri)
 
     @_uninterrupted
@@ -61,9 +128,12 @@ class Tracker:
         """The experiment's id, creating it if needed (a concurrent creator is tolerated)."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND[0]) is None:  # made before convtune set it: the UI's view, too
+                self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
         try:
-            return self.client.create_experiment(name, artifact_location=_artifact_location(self.uri, name))
+            return self.client.create_experiment(name, artifact_location=_artifact_location(self.uri, name),
+                                                 tags=dict([EXPERIMENT_KIND]))
         except MlflowException:
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
@@ -73,7 +143,7 @@ class Tracker:
     @_uninterrupted
     def start_run(self, experiment_id: str, run_name: str, tags: dict[str, Any],
                   parent_id: Optional[str] = None) -> str:
-        all_tags = {k: str(v) for k, v in tags.items()}
+        all_tags = {k: str(v) for k, v in {**this_process(), **tags}.items()}
         if parent_id:
             all_tags[PARENT_TAG] = parent_id
         return self.client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
@@ -102,6 +172,22 @@ class Tracker:
     def end(self, run_id: str, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status=status)
+
+    def reap_orphans(self) -> list[str]:
+        """Mark KILLED the RUNNING runs that this host's processes recorded and that are gone (a `kill -9`, a
+        crash, a lost machine): every other run, and every process still alive, is left alone."""
+        host = socket.gethostname()
+        reaped = []
+        for r in self.search(f"attributes.status = 'RUNNING' AND tags.`{Tag.HOST}` = '{host}'"):
+            process = r["tags"].get(Tag.PROCESS)
+            if not process or _process_alive(process):
+                continue
+            self.log(r["run_id"], tags={Tag.STATUS: Status.KILLED, Tag.ERROR_TYPE: "ProcessGone",
+                                        Tag.ERROR_MESSAGE: f"process {process.split(':')[0]} on {host} ended "
+                                                           "without recording this run's outcome"})
+            self.end(r["run_id"], "KILLED")
+            reaped.append(r["run_id"])
+        return reaped
 
     def get(self, run_id: str) -> dict[str, Any]:
         return _as_dict(self.client.get_run(run_id))

@@ -19,7 +19,7 @@ from convtune.config import TOLERANCE
 from convtune.errors import ConfigError
 from convtune.setup import Setup, git_tags, resolve
 from convtune.record import Identity, Metric, Param, RunView, Tag
-from convtune.track.store import Tracker
+from convtune.track.store import Tracker, say_reaped
 
 
 def candidate_runs(tracker: Tracker, identity: Identity) -> list[RunView]:
@@ -58,6 +58,7 @@ def run_promote(cfg: DictConfig) -> int:
 
     p = cfg.promote
     tracker = Tracker(setup.tracking_uri)
+    say_reaped(tracker.reap_orphans())
     c = gather(setup, tracker)
     remeasured, refusal = False, None
     if p.remeasure and c.gpu == setup.gpu:
