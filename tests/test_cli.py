@@ -20,6 +20,11 @@ def runs_of(store, experiment="tiny [interpreter]"):
     return c, c.search_runs([exp.experiment_id], max_results=1000)
 
 
+def every_run(store):
+    c = MlflowClient(store)
+    return c.search_runs([e.experiment_id for e in c.search_experiments()], max_results=1000)
+
+
 def test_single_run_logs_params_metrics_tags_and_config(run_cli, store):
     r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=16", "precision=ieee")
     assert r.returncode == 0, r.stderr
@@ -122,9 +127,20 @@ def test_a_setup_failure_is_recorded_against_the_problem_that_would_have_run(run
     assert run.data.tags["error.type"] == "ConfigError"
 
 
+GPU_PRESETS = {"vs_cudnn"}
+GPU_PRESET_REFUSAL = ("error: requires_gpu=True is not allowed: a CUDA device: this preset compares with cuDNN or "
+                      "times the GPU itself, and none is visible here")
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_runs_on_tiny(run_cli, store, preset):
-    r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast", timeout=900)
+    gpu_only = preset in GPU_PRESETS
+    if gpu_only:  # refused in one line before any job; with requires_gpu=false it still runs, as before
+        r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast")
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == GPU_PRESET_REFUSAL, r.stderr
+        assert every_run(store) == [] and "Traceback" not in r.stderr
+    r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast", *(["requires_gpu=false"] if gpu_only else []),
+                timeout=900)
     assert r.returncode == 0, r.stderr
     experiment = re.search(r"MLflow experiment '([^']+)'", r.stdout).group(1)
     assert experiment.endswith(" [interpreter]")
@@ -135,3 +151,11 @@ def test_every_preset_runs_on_tiny(run_cli, store, preset):
         got = sorted(tuple(int(x.data.params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
                      for x in children)
         assert got == BRIEF_NINE
+
+
+def test_a_typo_added_with_plus_is_refused_before_a_sweep_starts(run_cli, store):
+    r = run_cli("-m", "+num_warp=2,8", "problem=tiny")  # Hydra's own advice for an unknown key is the `+`
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == ("error: num_warp='2,8' is not allowed: not a convtune key (did you "
+                                                 "mean num_warps?); see the configuration keys in README.md")
+    assert every_run(store) == []  # nothing started, nothing left RUNNING

@@ -1,5 +1,6 @@
 """Config composition with real Hydra, and every semantic check's message."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,34 @@ def test_asymmetric_stride_and_padding():
     p = problem(height=19, width=17, kernel_h=5, kernel_w=5, stride=[2, 1], padding=[2, 1])
     assert (p.out_h, p.out_w) == (10, 15)
     assert "s2x1-p2x1" in p.key()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["+num_warp=4"], "num_warp=4 is not allowed: not a convtune key (did you mean num_warps?)"),
+    (["+bench.foo=1"], "bench.foo=1 is not allowed: not a convtune key"),
+    (["+problem.chanels=3"], "problem.chanels=3 is not allowed: not a convtune key"),
+])
+def test_keys_the_schema_does_not_have_are_refused_even_with_plus(overrides, message):
+    from convtune.setup import refuse_early, resolve
+    from tests.conftest import compose
+
+    cfg = compose("problem=tiny", *overrides)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        refuse_early(cfg)
+    assert isinstance(resolve(cfg).error, ConfigError)  # a job refuses it too (a failed run, one line)
+
+
+def test_a_gpu_preset_is_refused_without_a_gpu_and_known_keys_pass():
+    from convtune.setup import refuse_early
+    from tests.conftest import compose
+
+    refuse_early(compose("problem=tiny", "num_warps=4", "problem.batch=1", "+experiment=seed_configs"))
+    with pytest.raises(ConfigError, match=r"requires_gpu=True is not allowed: a CUDA device"):
+        refuse_early(compose("problem=tiny", "+experiment=vs_cudnn"))
+
+
+def test_calibrate_without_a_gpu_is_one_line():
+    from convtune import calibrate
+
+    with pytest.raises(SystemExit, match="no CUDA device is visible here"):
+        calibrate.main()

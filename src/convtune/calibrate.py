@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -69,6 +70,8 @@ def measure() -> dict[str, float]:
 def main() -> None:
     import torch
 
+    if not torch.cuda.is_available():
+        sys.exit("error: python -m convtune.calibrate measures a GPU's ceilings, and no CUDA device is visible here")
     name = torch.cuda.get_device_name()
     got = measure()
     cache = load_cache()

@@ -263,6 +263,84 @@ def hydra_node(cfg: DictConfig) -> Any:
     return HydraConfig.get()
 
 
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Keys the schema (convtune.config) does not have, as dotted paths: Hydra's own `+key=value` (its advice
+    for a key it does not know) adds them silently, so `+num_warp=4` would run the default configuration."""
+    import dataclasses
+    import typing
+
+    from convtune.config import ConvtuneConfig
+
+    def walk(node: Any, schema: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(schema)
+        out = []
+        for key in node.keys():
+            if prefix == "" and key == "hydra":
+                continue
+            if key not in hints:
+                out.append(prefix + str(key))
+            elif dataclasses.is_dataclass(hints[key]) and isinstance(node[key], DictConfig):
+                out += walk(node[key], hints[key], f"{prefix}{key}.")
+        return out
+
+    return walk(cfg, ConvtuneConfig, "")
+
+
+def unknown_override_keys(overrides: Iterable[str]) -> list[str]:
+    """Keys of command-line overrides (sweep parameters included) that the schema does not have; config group
+    choices (problem=, +experiment=, ...) and hydra.* are Hydra's to judge."""
+    import dataclasses
+    import typing
+
+    from convtune.config import ConvtuneConfig
+
+    groups = {"problem", "kernel", "bench", "tracking", "experiment"}
+    bad = []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith("hydra.") or key == "hydra" or key in groups:
+            continue
+        schema: Any = ConvtuneConfig
+        for part in key.split("."):
+            hints = typing.get_type_hints(schema) if dataclasses.is_dataclass(schema) else {}
+            if part not in hints:
+                bad.append(key)
+                break
+            schema = hints[part]
+    return bad
+
+
+def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
+    import difflib
+    import typing
+
+    from convtune.config import ConvtuneConfig
+
+    bad = unknown_keys(cfg) or unknown_override_keys(overrides)
+    if bad:
+        known = sorted(k for k in typing.get_type_hints(ConvtuneConfig))
+        close = difflib.get_close_matches(bad[0].split(".")[-1], known, n=1)
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == bad[0]), None)
+        raise ConfigError(bad[0], OmegaConf.select(cfg, bad[0], default=value),
+                          (f"not a convtune key (did you mean {close[0]}?)" if close else "not a convtune key")
+                          + "; see the configuration keys in README.md")
+
+
+def check_device(cfg: DictConfig, device: str) -> None:
+    if device == INTERPRETER and cfg.requires_gpu:
+        raise ConfigError("requires_gpu", True, "a CUDA device: this preset compares with cuDNN or times the GPU "
+                                                "itself, and none is visible here")
+
+
+def refuse_early(cfg: DictConfig) -> None:
+    """What makes a whole sweep pointless, checked once before any job: unknown keys, a GPU preset without a
+    GPU, an oversized problem named for the interpreter. Raises ConfigError."""
+    hc = hydra_node(cfg)
+    check_known_keys(cfg, hc.overrides.task)  # a sweep's parameters are among the task overrides
+    target = target_for(cfg, hc)
+    check_device(cfg, target.device)
+
+
 def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = True) -> Setup:
     """The setup for `cfg`. `device` forces a device (export: the problem as named, since writing runs no
     kernel); `swap_problem=False` keeps an oversized problem under the interpreter (no kernel will run)."""
@@ -273,11 +351,13 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
               given={k: cfg[k] for k in META_KEYS}, problem_node=cfg.problem)
     s.tracking_uri = resolve_uri(cfg.tracking.uri, s.cwd)
     try:
+        check_known_keys(cfg)
         if device is not None or not swap_problem:
             s.device = device or resolve_device(enum_value(cfg.device))
         else:
             target = target_for(cfg, hc)
             s.device, s.problem_node, s.notice = target.device, target.problem, target.notice
+        check_device(cfg, s.device)
         activate(s.device)
         s.device_tags = device_tags(s.device)
         from convtune import kernels  # only now: TRITON_INTERPRET is settled

@@ -8,6 +8,7 @@ the sweep folder; each job reads it to nest its run under the parent and to prin
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
-from convtune.setup import experiment_name, git_tags, target_for
+from convtune.setup import experiment_name, git_tags, refuse_early, target_for
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.track.store import Tracker, resolve_uri, say_reaped
@@ -112,6 +113,11 @@ def _finalize(state: SweepState, status: str) -> str:
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
+        try:
+            refuse_early(config)
+        except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         target = target_for(config, hc)
         jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
