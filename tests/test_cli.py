@@ -159,3 +159,22 @@ def test_a_typo_added_with_plus_is_refused_before_a_sweep_starts(run_cli, store)
     assert r.stderr.strip().splitlines()[-1] == ("error: num_warp='2,8' is not allowed: not a convtune key (did you "
                                                  "mean num_warps?); see the configuration keys in README.md")
     assert every_run(store) == []  # nothing started, nothing left RUNNING
+
+
+def test_a_rerun_sweep_resumes_what_was_measured_alike_unless_resume_is_false(run_cli, store):
+    assert run_cli("-m", "problem=tiny", "bench=fast", "num_warps=4").returncode == 0
+    c, (first,) = runs_of(store)[0], [x for x in runs_of(store)[1] if "mlflow.parentRunId" in x.data.tags]
+    r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=4,2")
+    assert r.returncode == 0, r.stderr
+    assert f"resumed: measured alike in run {first.info.run_id} (resume=false measures it again)" in r.stderr + r.stdout
+    assert "1 of 2 configuration(s) resumed" in r.stdout and f"resumed from {first.info.run_id[:8]}" in r.stdout
+    (again,) = [x for x in runs_of(store)[1] if x.data.tags.get("resumed_from") == first.info.run_id]
+    assert again.info.status == "FINISHED" and again.data.metrics["latency_ms"] == first.data.metrics["latency_ms"]
+    assert again.data.params == first.data.params and again.data.tags["status"] == "ok"
+    newest_parent = c.get_run(again.data.tags["mlflow.parentRunId"])
+    assert newest_parent.data.metrics["n_resumed"] == 1 and newest_parent.data.metrics["n_ok"] == 2
+    assert_declared(again)
+    r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=4", "resume=false")
+    assert r.returncode == 0 and "resumed" not in r.stdout + r.stderr
+    measured = [x for x in runs_of(store)[1] if x.data.params.get("num_warps") == "4" and "resumed_from" not in x.data.tags]
+    assert len(measured) == 2  # the first sweep's and this one's

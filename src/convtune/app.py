@@ -20,7 +20,7 @@ from convtune import interrupts
 from convtune.config import TOLERANCE
 from convtune.setup import Setup, enum_value, experiment_name, resolve
 from convtune.sweep import SweepState
-from convtune.record import Metric, Status, Tag
+from convtune.record import Metric, RunView, Status, Tag
 from convtune.track.store import Tracker, say_reaped
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     tracker = Tracker(job.sweep.tracking_uri if job.sweep else job.setup.tracking_uri)
     if job.sweep is None:  # a sweep reaps once, when it starts (sweep.py)
         say_reaped(tracker.reap_orphans())
+    if job.sweep is not None and job.setup.cfg.resume and job.setup.error is None:
+        earlier = _measured_before(tracker, job.setup)
+        if earlier is not None:
+            return _resume(tracker, job, earlier)
     metrics: dict[str, float] = {}
     with interrupts.deferred():  # no window between the run's creation and its cleanup's registration
         run_id = tracker.start_run(job.experiment_id(tracker), job.setup.run_name(), job.tags,
@@ -85,6 +89,29 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     if not job.multirun:
         sys.exit(f"error: {message}" if status == Status.FAILED else f"error: incorrect result: {message}")
     return None
+
+
+def _measured_before(tracker: Tracker, setup: Setup) -> Optional[RunView]:
+    """The newest finished, correct run of this very measurement (identity, kernel source, launch keys, check,
+    seed, timing settings), if any: `resume=true` (the default) does not measure it again."""
+    found = [RunView(r) for r in tracker.search(setup.identity().same_measurement_filter(setup.measurement_params()))
+             if not r["tags"].get(Tag.RESUMED_FROM)]
+    return max(found, key=lambda r: r.raw["start_time"]) if found else None
+
+
+def _resume(tracker: Tracker, job: _Job, earlier: RunView) -> Optional[float]:
+    """A child that repeats the earlier run's record (params, metrics, tags) so this sweep's summary, plots and
+    promote see it, tagged with where it came from; nothing is measured."""
+    with interrupts.deferred():
+        own = (Tag.HOST, Tag.PROCESS, Tag.PROMOTED)  # this run's own process; the pin is the earlier run's
+        tags = {k: v for k, v in earlier.raw["tags"].items() if not k.startswith("mlflow.") and k not in own}
+        run_id = tracker.start_run(job.sweep.experiment_id, job.setup.run_name(),
+                                   {**tags, Tag.RESUMED_FROM: earlier.run_id}, parent_id=job.sweep.parent_run_id)
+        tracker.log(run_id, params=earlier.raw["params"], metrics=earlier.raw["metrics"])
+        tracker.end(run_id, "FINISHED")
+    log.info(f"[{job.number}/{job.total or '?'}] {job.setup.label()} → {earlier.latency_ms:.3f} ms, resumed: measured "
+             f"alike in run {earlier.run_id} (resume=false measures it again)")
+    return earlier.latency_ms
 
 
 def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:

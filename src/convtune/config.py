@@ -125,6 +125,7 @@ class ConvtuneConfig:
     pins_file: Optional[str] = None  # null = the library's pins (src/convtune/pins.yaml, or $CONVTUNE_PINS)
     export: Optional[str] = None  # promote.py export=kernelbench: write the pinned kernel in the brief's format
     export_path: Optional[str] = None  # null = exports/<problem>.py
+    resume: bool = True  # a sweep skips configurations already measured alike (same identity, params, timing)
     requires_gpu: bool = False  # a preset that means nothing without a GPU (vs_cudnn) refuses the interpreter
 
 

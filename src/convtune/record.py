@@ -54,6 +54,7 @@ class Tag:
     ERROR_TYPE = "error.type"
     ERROR_MESSAGE = "error.message"
     PROMOTED = "convtune.promoted"  # set on the run whose configuration became the pin
+    RESUMED_FROM = "resumed_from"  # a sweep's child that repeats an earlier run's record instead of measuring
     # a sweep's parent run
     SWEEP_DIR = "sweep_dir"
     OVERRIDES = "overrides"
@@ -117,7 +118,7 @@ class Metric:
     NCU_ARITHMETIC_INTENSITY = "ncu_arithmetic_intensity"
     NCU_DRAM_BYTES_OVER_MIN = "ncu_dram_bytes_over_min"
     # a sweep's parent run
-    N_PREFIX = "n_"  # n_ok, n_incorrect, n_failed, n_killed
+    N_PREFIX = "n_"  # n_ok, n_incorrect, n_failed, n_killed, n_resumed
     BEST_LATENCY_MS = "best_latency_ms"
     # a promote decision's run
     GAIN = "gain"
@@ -200,6 +201,13 @@ class Identity:
     def tags(self) -> dict[str, str]:
         return {Tag.DEVICE: self.device, Tag.KERNEL: self.kernel, Tag.KERNEL_SOURCE_HASH: self.kernel_source_hash,
                 Tag.PROBLEM_KEY: self.problem_key, Tag.PRECISION: self.precision}
+
+    def same_measurement_filter(self, params: dict[str, Any]) -> str:
+        """Finished, correct runs of this identity and this kernel source with these params (launch keys, check,
+        seed, timing settings): what a resumed sweep need not measure again."""
+        where = [self.candidates_filter(), f"tags.{Tag.KERNEL_SOURCE_HASH} = '{self.kernel_source_hash}'"]
+        where += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
+        return " AND ".join(where)
 
     def candidates_filter(self) -> str:
         """MLflow filter for finished, correct runs of this identity, any kernel source (promote tells stale

@@ -227,6 +227,11 @@ class Setup:
             out.update(self.problem.params())
         return out
 
+    def measurement_params(self) -> dict[str, Any]:
+        """The params that make two runs of one identity the same measurement (for resume)."""
+        keep = set(META_KEYS) | {Param.CHECK, Param.SEED}
+        return {k: v for k, v in self.params().items() if k in keep or k.startswith(Param.BENCH_PREFIX)}
+
     def tags(self) -> dict[str, Any]:
         """The run's tags as far as the setup knows them (measure adds its own)."""
         out: dict[str, Any] = {Tag.PROBLEM: self.problem_name, Tag.PRECISION: self.precision,

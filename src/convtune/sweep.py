@@ -91,6 +91,7 @@ def _finalize(state: SweepState, status: str) -> str:
     runs = tracker.children(state.parent_run_id)
     table = summary.markdown(runs)
     c = summary.counts(runs)
+    c["resumed"] = sum(1 for r in runs if RunView(r).tag(Tag.RESUMED_FROM))
     best = summary.ranked(runs)[0] if c[Status.OK] else None
     tracker.log_text(state.parent_run_id, table + "\n", "summary.md")
     _log_plots(tracker, state, runs)
@@ -107,6 +108,9 @@ def _finalize(state: SweepState, status: str) -> str:
                 tags={Tag.STATUS: status.lower(), Tag.SUMMARY_ROWS: str(len(runs))}
                 | ({Tag.BEST_RUN_ID: best.run_id, Tag.BEST_CONFIG: best.config_label()} if best else {}))
     tracker.end(state.parent_run_id, status)
+    if c["resumed"]:
+        table += (f"\n\n{c['resumed']} of {len(runs)} configuration(s) resumed: measured alike before, not measured "
+                  "again (resume=false measures them again)")
     return table
 
 

@@ -46,7 +46,8 @@ def rows(runs: Iterable[Any]) -> list[list[str]]:
             _fmt(r.latency_ms, ".4f"), spread, _fmt(m(Metric.LATENCY_CV), ".2%"),
             _fmt(m(Metric.TFLOPS), ".1f"), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
             _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),
-            _fmt(m(Metric.REL_ERR), ".1e"), (r.tag(Tag.ERROR_MESSAGE) or "")[:90],
+            _fmt(m(Metric.REL_ERR), ".1e"),
+            (r.tag(Tag.ERROR_MESSAGE) or (f"resumed from {r.tag(Tag.RESUMED_FROM)[:8]}" if r.tag(Tag.RESUMED_FROM) else ""))[:90],
         ])
     return out
 
