@@ -41,6 +41,10 @@ def test_plots_draw_every_ok_configuration_and_both_roofs(tmp_path):
         "datasheet roof: 495 TFLOP/s, 4800 GB/s", "measured roof: 411 TFLOP/s, 4275 GB/s"]
     lat = plots.latency_by_config(runs, "t")
     assert len(lat.axes[0].patches) == 2
+    assert lat.get_size_inches()[1] >= 3.5  # two configurations still get a readable height
+    lat.canvas.draw()
+    legend, bars = lat.axes[0].get_legend().get_window_extent(), lat.axes[0].get_window_extent()
+    assert legend.x0 >= bars.x1  # the legend sits beside the bars, not over them
     fig.savefig(tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 1000
     assert plots.roofline([runs[2]], "t") is None

@@ -58,18 +58,19 @@ def latency_by_config(runs: list[dict[str, Any]], title: str) -> Optional[Figure
     ok = _ok(runs)
     if not ok:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.28 * len(ok)))
+    # At least 3.5 in tall (a 2-config sweep was 800×164 px), the legend beside the bars, never over them.
+    fig, ax = plt.subplots(figsize=(9, max(3.5, 0.8 + 0.28 * len(ok))))
     warps = sorted({r.param("num_warps", "?") for r in ok})
     colours = {w: plt.cm.viridis(i / max(len(warps) - 1, 1)) for i, w in enumerate(warps)}
     for i, r in enumerate(ok):
         ms = r.latency_ms
         lo, hi = r.metric(Metric.LATENCY_P20_MS) or ms, r.metric(Metric.LATENCY_P80_MS) or ms
         ax.barh(i, ms, color=colours[r.param("num_warps", "?")], xerr=[[ms - lo], [hi - ms]], capsize=2)
-    ax.set_yticks(range(len(ok)), [r.config_label().replace("BLOCK_", "") for r in ok], fontsize=6)
+    ax.set_yticks(range(len(ok)), [r.config_label().replace("BLOCK_", "") for r in ok], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("latency (ms), median and p20–p80")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-              labels=[f"num_warps={w}" for w in colours], fontsize=7, loc="lower right")
+              labels=[f"num_warps={w}" for w in colours], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
