@@ -5,6 +5,8 @@
     python run.py +experiment=seed_configs          # a named preset from experiments/
 """
 
+import sys
+
 from convtune import interrupts
 
 interrupts.install()  # first: a Ctrl-C during the imports below is one line too
@@ -20,7 +22,10 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> object:
-    return run_job(cfg)
+    try:
+        return run_job(cfg)
+    except ValueError as e:  # StoreError (the tracking store cannot be used): one clear line, no traceback
+        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -178,3 +178,12 @@ def test_a_rerun_sweep_resumes_what_was_measured_alike_unless_resume_is_false(ru
     assert r.returncode == 0 and "resumed" not in r.stdout + r.stderr
     measured = [x for x in runs_of(store)[1] if x.data.params.get("num_warps") == "4" and "resumed_from" not in x.data.tags]
     assert len(measured) == 2  # the first sweep's and this one's
+
+
+def test_a_store_that_cannot_be_used_is_one_line_for_a_run_and_stops_a_sweep_before_it_starts(run_cli, tmp_path):
+    line = ("error: tracking.uri='bogus://x' cannot be used: unsupported scheme; use sqlite:///path/to/mlflow.db, "
+            "http(s)://host:port (an MLflow server) or a database URI (postgresql://...)")
+    r = run_cli("problem=tiny", uri="bogus://x")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == line and "Traceback" not in r.stderr
+    r = run_cli("-m", "problem=tiny", "num_warps=2,4", uri="bogus://x")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == line and "#0" not in r.stdout + r.stderr

@@ -18,7 +18,7 @@ THIRD_PARTY_BANNED = {
 CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
     "kernels": {"convtune.errors"},
     "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config"},
-    "track": {"convtune.record", "convtune.interrupts"},
+    "track": {"convtune.record", "convtune.interrupts", "convtune.errors"},
     "record": set(),
     "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.setup",
              "convtune.config", "convtune.problem", "convtune.errors"},

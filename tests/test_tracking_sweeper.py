@@ -4,9 +4,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
+from convtune.errors import StoreError
 from convtune.track import summary
 from convtune.track.store import Tracker, resolve_uri
 from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
@@ -101,3 +104,24 @@ def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(store):
     old = t.client.create_experiment("made elsewhere")  # no kind: the UI's GenAI view
     assert t.experiment_id("made elsewhere") == old
     assert t.client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+@pytest.mark.parametrize("make_uri,why", [
+    (lambda d: "bogus://x", "unsupported scheme; use sqlite:///path/to/mlflow.db"),
+    (lambda d: (d / "garbage.db").write_text("not a database") and f"sqlite:///{d / 'garbage.db'}", "file is not a database"),
+    (lambda d: "http://127.0.0.1:9", "no MLflow server answers there"),  # port 9 (discard): nothing listens
+], ids=["scheme", "garbage-file", "unreachable-server"])
+def test_a_store_that_cannot_be_used_fails_at_once_in_one_line(tmp_path, make_uri, why):
+    uri = make_uri(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(StoreError) as e:
+        Tracker(uri)
+    assert str(e.value).startswith(f"tracking.uri={uri!r} cannot be used: {why}") and "\n" not in str(e.value)
+    assert time.monotonic() - start < 15  # MLflow's own retries took 254 s against an unreachable server
+
+
+def test_an_unwritable_sqlite_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match=r"cannot be used: cannot create the folder .*/file/sub"):
+        resolve_uri(f"sqlite:///{blocker}/sub/mlflow.db", tmp_path)

@@ -11,3 +11,11 @@ class ConfigError(ValueError):
 
 class UnsupportedProblem(ValueError):
     """The kernel cannot run this convolution (layout, dtype, groups, ...); the message says what it needs."""
+
+
+class StoreError(ValueError):
+    """The tracking store cannot be used (unknown scheme, unreachable server, not a database, unwritable)."""
+
+    def __init__(self, uri: str, why: str) -> None:
+        self.uri = uri
+        super().__init__(f"tracking.uri={uri!r} cannot be used: {why}")

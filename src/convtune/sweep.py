@@ -116,12 +116,15 @@ def _finalize(state: SweepState, status: str) -> str:
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        hc = config.hydra
         try:
             refuse_early(config)
+            self._start(config)
         except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
             print(f"error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+
+    def _start(self, config: DictConfig) -> None:
+        hc = config.hydra
         target = target_for(config, hc)
         jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1

@@ -22,10 +22,15 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.time import get_current_time_millis
 
 from convtune import interrupts
+from convtune.errors import StoreError
 from convtune.record import Status, Tag
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+# An unreachable tracking server took 254 s of MLflow's default retries to fail: one retry, 5 s a request.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+SCHEMES = "sqlite:///path/to/mlflow.db, http(s)://host:port (an MLflow server) or a database URI (postgresql://...)"
 # The MLflow UI (3.x) opens an experiment without this tag on its GenAI trace overview; with it, on the runs
 # table of the training view (the UI's code reads mlflow.experimentKind; custom_model_development = training).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -37,7 +42,10 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
         path = Path(uri[len("sqlite:///"):])
         if not path.is_absolute():
             path = base_dir / path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(uri, f"cannot create the folder {path.parent}: {e.strerror}") from None
         return f"sqlite:///{path}"
     return uri
 
@@ -119,9 +127,26 @@ def _uninterrupted(method: Any) -> Any:
 
 class Tracker:
     def __init__(self, uri: str) -> None:
+        """Opens the store and reads from it once, so that a store that cannot be used fails here, in one line
+        (StoreError), and not in the middle of a run."""
         self.uri = uri
-        ensure_sqlite_store(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        if uri.startswith(("http://", "https://")):
+            for k, v in HTTP_DEFAULTS.items():
+                os.environ.setdefault(k, v)
+        try:
+            ensure_sqlite_store(uri)
+            self.client = MlflowClient(tracking_uri=uri)
+            self.client.search_experiments(max_results=1)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - MLflow, SQLAlchemy, requests, OS errors: all mean "unusable"
+            # the first line, without the "(sqlite3.DatabaseError) " prefix SQLAlchemy puts before it
+            first = re.sub(r"^\([\w.]+\) ", "", (str(e).strip().splitlines() or [type(e).__name__])[0])
+            if "unsupported URI" in first or "Could not find a registered" in first:
+                first = f"unsupported scheme; use {SCHEMES}"
+            elif "Max retries exceeded" in first or "timed out" in first.lower():
+                first = "no MLflow server answers there (is `mlflow server` running, and is the address right?)"
+            raise StoreError(uri, first[:300]) from None
 
     @_uninterrupted
     def experiment_id(self, name: str) -> str:
