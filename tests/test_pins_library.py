@@ -38,13 +38,29 @@ def test_write_read_keeps_other_entries_and_stable_order(tmp_path):
 
 
 @pytest.mark.parametrize("text,words", [("pins: [1, 2\n", "not valid YAML"), ("- a\n- b\n", "top level"),
-                                         ("pins:\n  G:\n    k:\n      key: {meta: {BLOCK_M: 1}}\n", "no valid 'meta'")])
+                                         ("pins:\n  G:\n    k:\n      key: {meta: {BLOCK_M: 1}}\n", "no valid 'meta'"),
+                                         ("pins:\n  G: [a, b]\n", "pins / G must map kernel names"),
+                                         ("pins:\n  G:\n    k: 3\n", "pins / G / k must map problem keys"),
+                                         ("pins:\n  G:\n    k:\n      key: {meta: {BLOCK_M: abc, BLOCK_N: 32, "
+                                          "BLOCK_K: 32, num_warps: 4, num_stages: 2}}\n",
+                                          "entry G / k / key: BLOCK_M='abc' is not allowed")])
 def test_a_broken_pins_file_is_refused_and_never_overwritten(tmp_path, text, words):
     f = tmp_path / "pins.yaml"
     f.write_text(text)
     with pytest.raises(pins.PinsError, match=words) as e:
         pins.write_pin(f, "G", "k", "key", Meta(32, 32, 32, 4, 2), {})
     assert str(f) in str(e.value) and f.read_text() == text
+
+
+def test_an_unreadable_pins_file_is_named_in_one_line(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"pins:\n  \xff\xfe: 1\n")
+    with pytest.raises(pins.PinsError, match=r"pins file .*binary.yaml: not UTF-8 text \(byte 8\)"):
+        pins.load(binary)
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    with pytest.raises(pins.PinsError, match=r"pins file .*folder.yaml: cannot be read \(Is a directory\)"):
+        pins.load(folder)
 
 
 def test_a_crash_mid_write_leaves_the_old_file_intact(tmp_path, monkeypatch):

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import yaml
 from filelock import FileLock
 
-from convtune.kernels.common import Meta
+from convtune.errors import ConfigError
+from convtune.kernels.common import Meta, validate_meta
 
 PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
 ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location
@@ -37,23 +38,36 @@ def pin_key(problem_key: str, precision: str) -> str:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """The whole file as {"pins": {...}}; an absent file is empty. Raises PinsError on anything malformed."""
+    """The whole file as {"pins": {...}}; an absent file is empty. Raises PinsError, naming the file (and the
+    entry), on anything malformed: unreadable, not UTF-8, not YAML, wrongly nested, or a pin that is not a valid
+    launch configuration."""
     if not path.exists():
         return {"pins": {}}
     try:
-        data = yaml.safe_load(path.read_text()) or {"pins": {}}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {"pins": {}}
     except yaml.YAMLError as e:
         raise PinsError(f"pins file {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError as e:
+        raise PinsError(f"pins file {path}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:  # a directory, no permission, ...
+        raise PinsError(f"pins file {path}: cannot be read ({e.strerror})") from None
     if not isinstance(data, dict) or not isinstance(data.get("pins", {}), dict):
         raise PinsError(f"pins file {path}: top level must be a mapping with a 'pins' mapping")
     for gpu, kernels in (data.get("pins") or {}).items():
+        if not isinstance(kernels or {}, dict):
+            raise PinsError(f"pins file {path}: pins / {gpu} must map kernel names to their pins")
         for kernel, entries in (kernels or {}).items():
+            if not isinstance(entries or {}, dict):
+                raise PinsError(f"pins file {path}: pins / {gpu} / {kernel} must map problem keys to pins")
             for key, entry in (entries or {}).items():
+                where = f"pins file {path}: entry {gpu} / {kernel} / {key}"
                 try:
-                    Meta(**entry["meta"])
+                    validate_meta(Meta(**entry["meta"]))
                 except (TypeError, KeyError) as e:
-                    raise PinsError(f"pins file {path}: entry {gpu} / {kernel} / {key} has no valid 'meta' "
-                                    f"(needs exactly {', '.join(Meta.keys())}): {e}") from None
+                    raise PinsError(f"{where} has no valid 'meta' (needs exactly {', '.join(Meta.keys())}): "
+                                    f"{e}") from None
+                except ConfigError as e:
+                    raise PinsError(f"{where}: {e}") from None
     data.setdefault("pins", {})
     return data
 
