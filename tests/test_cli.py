@@ -187,3 +187,11 @@ def test_a_store_that_cannot_be_used_is_one_line_for_a_run_and_stops_a_sweep_bef
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == line and "Traceback" not in r.stderr
     r = run_cli("-m", "problem=tiny", "num_warps=2,4", uri="bogus://x")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == line and "#0" not in r.stdout + r.stderr
+
+
+def test_a_sweep_value_of_the_wrong_type_is_refused_before_any_job(run_cli, store):
+    r = run_cli("-m", "problem=tiny", "bench=fast", "BLOCK_M=16,abc")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == ("error: BLOCK_M='abc' is not allowed: the sweep cannot run it (Value "
+                                                 "'abc' of type 'str' could not be converted to Integer)")
+    assert every_run(store) == []  # before: the parent was left RUNNING

@@ -149,3 +149,22 @@ def test_a_process_is_alive_only_while_its_pid_and_start_time_match():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: its pid no longer exists
     assert not _process_alive(f"{gone.pid}:")
+
+
+def test_an_error_that_ends_the_process_closes_what_is_open_as_failed():
+    told = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        interrupts.on_interrupt(told.append)
+        with pytest.raises(SystemExit):
+            interrupts.guard(lambda: sys.exit(1))  # as Hydra ends a sweep whose job config cannot be composed
+        assert told == [interrupts.ABNORMAL_EXIT]
+        later = interrupts.on_interrupt(told.append)
+        with pytest.raises(SystemExit):
+            interrupts.guard(lambda: sys.exit(0))  # a normal end leaves registrations to their owners
+        assert told == [interrupts.ABNORMAL_EXIT]
+        later.cancel()
+    finally:
+        interrupts._guarded = interrupts._closing = False
+        for s, h in old.items():
+            signal.signal(s, h)

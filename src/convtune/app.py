@@ -66,7 +66,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         run_id = tracker.start_run(job.experiment_id(tracker), job.setup.run_name(), job.tags,
                                    parent_id=job.sweep.parent_run_id if job.sweep else None)
         on_kill = interrupts.on_interrupt(
-            lambda sig: _record(tracker, run_id, job, metrics, Status.KILLED, "Interrupted", f"interrupted ({sig})"))
+            lambda sig: _record(tracker, run_id, job, metrics, Status.FAILED, "AbnormalExit",
+                                "the process ended with an error while this run was open")
+            if sig == interrupts.ABNORMAL_EXIT else
+            _record(tracker, run_id, job, metrics, Status.KILLED, "Interrupted", f"interrupted ({sig})"))
     interrupts.checkpoint("job_running")
     try:
         tracker.log_text(run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+ABNORMAL_EXIT = "error"  # what cleanups are told when an error, not a signal, ends the process
 _depth = 0  # nesting of deferred() sections
 _pending: Optional[int] = None  # a signal received inside a deferred section
 _closing = False  # guard() is running the cleanups: further signals are ignored
@@ -128,6 +129,13 @@ def guard(main: Callable[[], object]) -> object:
     _guarded = True
     try:
         return main()
+    except SystemExit as e:
+        # An error that ends the process with runs still open (Hydra reports a failed compose of a sweep's
+        # job with sys.exit(1), past every callback): close them FAILED, not left RUNNING.
+        if e.code not in (None, 0) and _cleanups:
+            for err in close_all(ABNORMAL_EXIT):
+                print(f"warning: while closing runs after an error: {err}", file=sys.stderr)
+        raise
     except (Interrupted, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         name = signal.Signals(signum).name

@@ -18,6 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
+from convtune.errors import ConfigError
 from convtune.setup import experiment_name, git_tags, refuse_early, target_for
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
@@ -55,6 +56,24 @@ def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
     params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
     configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") else None
     return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
+
+
+def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> None:
+    """Compose the config once with each distinct override of the planned jobs, so that a value of the wrong type
+    (BLOCK_M=16,abc) is refused in one line before any job, instead of ending the sweep at that job."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+
+    hydra = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
+    if not jobs or hydra is None:
+        return
+    for override in sorted({o for job in jobs for o in job}):
+        try:
+            hydra.config_loader.load_sweep_config(config, [override])
+        except ConfigCompositionException as e:
+            cause = (str(e.__cause__ or e).strip().splitlines() or ["Hydra could not compose it"])[0]
+            raise ConfigError(override.split("=", 1)[0].lstrip("+~"), override.split("=", 1)[-1],
+                              f"the sweep cannot run it ({cause})") from None
 
 
 def record_total_jobs(config: DictConfig, total: int) -> None:
@@ -118,6 +137,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             refuse_early(config)
+            check_sweep_values(config, planned_jobs(config))
             self._start(config)
         except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
             print(f"error: {e}", file=sys.stderr, flush=True)
@@ -139,7 +159,9 @@ class SweepCallback(Callback):
             parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
             state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs))
             state.save(Path(hc.sweep.dir))
-            self._on_kill = interrupts.on_interrupt(lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state, "KILLED"))
+            self._on_kill = interrupts.on_interrupt(
+                lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state,
+                                     "FAILED" if sig == interrupts.ABNORMAL_EXIT else "KILLED"))
         tracker.log_text(parent, OmegaConf.to_yaml(config, resolve=False), "multirun.yaml")
         print(f"sweep: {'?' if jobs is None else len(jobs)} jobs → MLflow experiment '{name}', parent run {parent}"
               f" ({uri})", flush=True)
