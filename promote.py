@@ -6,6 +6,7 @@
 """
 
 import sys
+from pathlib import Path
 
 from convtune import interrupts
 
@@ -14,7 +15,8 @@ interrupts.install()  # first: a Ctrl-C during the imports below is one line too
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from convtune.config import register_configs  # noqa: E402
+from convtune.config import check_yaml_files, register_configs  # noqa: E402
+from convtune.errors import ConfigFileError  # noqa: E402
 
 register_configs()
 
@@ -33,4 +35,9 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    here = Path(__file__).resolve().parent
+    try:
+        check_yaml_files(here / "conf", here / "experiments")
+    except ConfigFileError as e:
+        sys.exit(f"error: {e}")
     interrupts.guard(main)

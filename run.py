@@ -6,6 +6,7 @@
 """
 
 import sys
+from pathlib import Path
 
 from convtune import interrupts
 
@@ -15,7 +16,8 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from convtune.app import run_job  # noqa: E402
-from convtune.config import register_configs  # noqa: E402
+from convtune.config import check_yaml_files, register_configs  # noqa: E402
+from convtune.errors import ConfigFileError  # noqa: E402
 
 register_configs()
 
@@ -29,4 +31,9 @@ def main(cfg: DictConfig) -> object:
 
 
 if __name__ == "__main__":
+    here = Path(__file__).resolve().parent
+    try:
+        check_yaml_files(here / "conf", here / "experiments")
+    except ConfigFileError as e:
+        sys.exit(f"error: {e}")
     interrupts.guard(main)

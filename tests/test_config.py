@@ -137,3 +137,17 @@ def test_calibrate_without_a_gpu_is_one_line():
 
     with pytest.raises(SystemExit, match="no CUDA device is visible here"):
         calibrate.main()
+
+
+def test_a_malformed_preset_is_one_line_naming_its_file_and_line(tmp_path):
+    from convtune.config import check_yaml_files
+    from convtune.errors import ConfigFileError
+
+    check_yaml_files(Path(__file__).resolve().parents[1] / "conf", Path(__file__).resolve().parents[1] / "experiments")
+    (tmp_path / "good.yaml").write_text("a: 1\n")
+    (tmp_path / "bad.yaml").write_text("# @package _global_\nhydra:\n  sweeper: [1, 2\n")
+    with pytest.raises(ConfigFileError, match=r"bad.yaml: line 4, column 1: not valid YAML \(expected ',' or ']'"):
+        check_yaml_files(tmp_path)
+    (tmp_path / "bad.yaml").write_bytes(b"a: \xff\n")
+    with pytest.raises(ConfigFileError, match=r"bad.yaml: not UTF-8 text \(byte 3\)"):
+        check_yaml_files(tmp_path)

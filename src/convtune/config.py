@@ -7,6 +7,7 @@ A wrong type or an unknown key fails at compose time with Hydra's own message; s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from enum import Enum
 from typing import List, Optional
 
@@ -132,3 +133,27 @@ class ConvtuneConfig:
 def register_configs() -> None:
     """Register the schema as `convtune_schema`; conf/config.yaml names it first in its defaults."""
     ConfigStore.instance().store(name="convtune_schema", node=ConvtuneConfig)
+
+
+def check_yaml_files(*folders: Path) -> None:
+    """Every YAML file under `folders` parses, else one line naming the file, line and problem. Hydra reports a
+    malformed preset with a 40-line traceback; this runs first, before Hydra reads anything (~10 ms)."""
+    import yaml
+
+    from convtune.errors import ConfigFileError
+
+    seen = set()
+    for folder in folders:
+        for f in sorted(folder.rglob("*.yaml")):
+            real = f.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            try:
+                yaml.safe_load(real.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:
+                raise ConfigFileError(f, f"not UTF-8 text (byte {e.start})") from None
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+                raise ConfigFileError(f, f"{where}not valid YAML ({getattr(e, 'problem', None) or e})") from None

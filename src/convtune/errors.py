@@ -19,3 +19,10 @@ class StoreError(ValueError):
     def __init__(self, uri: str, why: str) -> None:
         self.uri = uri
         super().__init__(f"tracking.uri={uri!r} cannot be used: {why}")
+
+
+class ConfigFileError(ValueError):
+    """A config or preset file cannot be read; the message names the file and where."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path}: {why}")
