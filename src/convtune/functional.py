@@ -41,6 +41,12 @@ def default_precision() -> str:
     return "tf32" if _allow_tf32() else "ieee"
 
 
+@torch.compiler.assume_constant_result
+def _traced_default_precision() -> str:
+    """default_precision for torch.compile, which cannot trace the C getter: read once at trace time."""
+    return default_precision()
+
+
 def choose_meta(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: tuple[int, int],
                 padding: tuple[int, int], dilation: tuple[int, int], precision: str) -> Meta:
     n, c, h, w = x.shape
@@ -66,13 +72,9 @@ def _hashable(v: Any) -> Any:
     return v if isinstance(v, (int, str)) else tuple(v)
 
 
-def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
-    """torch.nn.functional.conv2d for float32 NCHW tensors with groups=1 and numeric padding.
-
-    The first call of a signature (shapes, strides, padding, precision, device, input alignment) checks
-    everything, looks up the pin and caches a launch plan; later calls check contiguity and dtype only."""
-    precision = precision or default_precision()
+def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+         dilation: Any, groups: int, precision: str) -> torch.Tensor:
+    """The kernel itself: the cached plan for this signature (made, with every check, on its first call)."""
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
            groups, precision, input.get_device(), input.data_ptr() & 15)
     plan = _plans.get(key)
@@ -85,6 +87,66 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     out = torch.empty(plan.out_shape, device=input.device, dtype=torch.float32)
     ig.run(plan, input, weight, bias, out)
     return out
+
+
+def _pair(v: Any) -> list[int]:
+    return [v, v] if isinstance(v, int) else [int(i) for i in v]
+
+
+# The operator torch sees: autograd and torch.compile go through it (the fake implementation gives compile
+# the output's shape without running the kernel). Eager calls that need no gradient skip the dispatcher and
+# run the kernel directly, so inference pays nothing for it.
+@torch.library.custom_op("convtune::conv2d", mutates_args=())
+def _conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+               padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
+    return _run(input, weight, bias, stride, padding, dilation, 1, precision)
+
+
+@_conv2d_op.register_fake
+def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+                 padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
+    n, _, h, w = input.shape
+    c_out, _, kh, kw = weight.shape
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return input.new_empty((n, c_out, oh, ow), dtype=torch.float32)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, weight, bias, stride, padding, dilation, _ = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.has_bias, ctx.geometry = bias is not None, (stride, padding, dilation)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """PyTorch's own convolution backward (cuDNN on a GPU) for input, weight and bias."""
+    input, weight = ctx.saved_tensors
+    stride, padding, dilation = ctx.geometry
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    gi, gw, gb = torch.ops.aten.convolution_backward(
+        grad, input, weight, [weight.shape[0]] if ctx.has_bias else None, stride, padding, dilation, False, [0, 0],
+        1, mask)
+    return gi, gw, gb if ctx.has_bias else None, None, None, None, None
+
+
+_conv2d_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
+    """torch.nn.functional.conv2d for float32 NCHW tensors with groups=1 and numeric padding, with gradients
+    (through PyTorch's convolution backward) and traceable by torch.compile (the operator convtune::conv2d).
+
+    The first call of a signature (shapes, strides, padding, precision, device, input alignment) checks
+    everything, looks up the pin and caches a launch plan; later calls check contiguity and dtype only."""
+    precision = precision or (_traced_default_precision() if torch.compiler.is_compiling() else default_precision())
+    needs_op = torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)))
+    if not needs_op:
+        return _run(input, weight, bias, stride, padding, dilation, groups, precision)
+    if groups != 1 or isinstance(padding, str):
+        _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
+    return _conv2d_op(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), precision)
 
 
 def forget_choices() -> None:
