@@ -16,8 +16,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from convtune.app import run_job  # noqa: E402
-from convtune.config import check_yaml_files, register_configs  # noqa: E402
-from convtune.errors import ConfigFileError  # noqa: E402
+from convtune.config import exit_on_bad_yaml, register_configs  # noqa: E402
 
 register_configs()
 
@@ -31,9 +30,5 @@ def main(cfg: DictConfig) -> object:
 
 
 if __name__ == "__main__":
-    here = Path(__file__).resolve().parent
-    try:
-        check_yaml_files(here / "conf", here / "experiments")
-    except ConfigFileError as e:
-        sys.exit(f"error: {e}")
+    exit_on_bad_yaml(Path(__file__).resolve().parent)
     interrupts.guard(main)

@@ -117,7 +117,9 @@ def test_a_store_that_cannot_be_used_fails_at_once_in_one_line(tmp_path, make_ur
     with pytest.raises(StoreError) as e:
         Tracker(uri)
     assert str(e.value).startswith(f"tracking.uri={uri!r} cannot be used: {why}") and "\n" not in str(e.value)
-    assert time.monotonic() - start < 15  # MLflow's own retries took 254 s against an unreachable server
+    # MLflow's own retries took 254 s against an unreachable server; one retry at 5 s a request is ~1.5 s here.
+    # The bound is loose on purpose: it catches the retry storm, not a slow machine.
+    assert time.monotonic() - start < 90
 
 
 def test_an_unwritable_sqlite_folder_is_one_line(tmp_path):

@@ -135,6 +135,18 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="convtune_schema", node=ConvtuneConfig)
 
 
+def exit_on_bad_yaml(root: Path) -> None:
+    """For the entry points, before Hydra starts: a malformed file under conf/ or experiments/ is one line."""
+    import sys
+
+    from convtune.errors import ConfigFileError
+
+    try:
+        check_yaml_files(root / "conf", root / "experiments")
+    except ConfigFileError as e:
+        sys.exit(f"error: {e}")
+
+
 def check_yaml_files(*folders: Path) -> None:
     """Every YAML file under `folders` parses, else one line naming the file, line and problem. Hydra reports a
     malformed preset with a 40-line traceback; this runs first, before Hydra reads anything (~10 ms)."""

@@ -337,13 +337,14 @@ def check_device(cfg: DictConfig, device: str) -> None:
                                                 "itself, and none is visible here")
 
 
-def refuse_early(cfg: DictConfig) -> None:
+def refuse_early(cfg: DictConfig) -> Target:
     """What makes a whole sweep pointless, checked once before any job: unknown keys, a GPU preset without a
-    GPU, an oversized problem named for the interpreter. Raises ConfigError."""
+    GPU, an oversized problem named for the interpreter. Raises ConfigError; returns the sweep's target."""
     hc = hydra_node(cfg)
     check_known_keys(cfg, hc.overrides.task)  # a sweep's parameters are among the task overrides
     target = target_for(cfg, hc)
     check_device(cfg, target.device)
+    return target
 
 
 def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = True) -> Setup:

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
 from convtune.errors import ConfigError
-from convtune.setup import experiment_name, git_tags, refuse_early, target_for
+from convtune.setup import Target, experiment_name, git_tags, refuse_early
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.track.store import Tracker, resolve_uri, say_reaped
@@ -136,17 +136,16 @@ def _finalize(state: SweepState, status: str) -> str:
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            refuse_early(config)
-            check_sweep_values(config, planned_jobs(config))
-            self._start(config)
+            target = refuse_early(config)
+            jobs = planned_jobs(config)
+            check_sweep_values(config, jobs)
+            self._start(config, target, jobs)
         except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
             print(f"error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
 
-    def _start(self, config: DictConfig) -> None:
+    def _start(self, config: DictConfig, target: Target, jobs: Optional[list[list[str]]]) -> None:
         hc = config.hydra
-        target = target_for(config, hc)
-        jobs = planned_jobs(config)
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
         uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         name = experiment_name(config, target.problem.name, target.device, problem_swept)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from convtune.record import META_KEYS, Metric, RunView, Status, Tag
+from convtune.record import Metric, RunView, Status, Tag
 
-__all__ = ["META_KEYS", "config_label", "counts", "markdown", "per_problem", "ranked", "rows"]
+__all__ = ["counts", "markdown", "per_problem", "ranked", "rows"]
 
 COLUMNS = ("rank", "config", "status", "latency_ms", "p20–p80 ms", "cv", "tflops", "% peak",
            "vs cuDNN", "rel_err", "note")
@@ -24,10 +24,6 @@ def ranked(runs: Iterable[Any]) -> list[RunView]:
         latency = r.latency_ms
         return Status.ORDER.get(r.status, 4), float("inf") if latency is None else latency
     return sorted(_views(runs), key=order)
-
-
-def config_label(params: dict[str, str]) -> str:
-    return " ".join(f"{k}={params[k]}" for k in META_KEYS if k in params)
 
 
 def _fmt(v: Any, spec: str) -> str:
