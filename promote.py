@@ -35,4 +35,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     exit_on_bad_yaml(Path(__file__).resolve().parent)
-    interrupts.guard(main)
+    interrupts.main_then_exit(main)

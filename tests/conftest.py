@@ -46,8 +46,9 @@ def store(tmp_path, empty_store_file):
 
 @pytest.fixture
 def new_store(tmp_path):
-    """A store that does not exist yet, where its creation is what a test is about."""
-    return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    """A store that does not exist yet, where its creation is what a test is about (a folder of its own: `store`,
+    which run_cli brings along, copies the template to mlruns/)."""
+    return f"sqlite:///{tmp_path / 'new_store' / 'mlflow.db'}"
 
 
 @pytest.fixture
@@ -59,6 +60,38 @@ def run_cli(tmp_path, store):
         cmd = [sys.executable, "run.py", *args, f"tracking.uri={uri or store}", f"pins_file={tmp_path / 'pins.yaml'}",
                f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return run
+
+
+@pytest.fixture
+def run_here(tmp_path, store, capsys, caplog):
+    """One run of `python run.py ...` in this process: the config run.py would compose, Hydra's own config set
+    as the app sees it in a single run, and app.run_job called as run.py calls it. For tests whose subject is
+    what a run records and says rather than the command line (that is test_cli.py's); it spares a process
+    start (~3.5 s of imports). Returns (exit status as the CLI would end, what it printed and logged)."""
+    import logging
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from convtune.app import run_job
+
+    def run(*overrides, uri=None):
+        cfg = compose(*overrides, f"tracking.uri={uri or store}", f"pins_file={tmp_path / 'pins.yaml'}",
+                      f"hydra.run.dir={tmp_path / 'out'}")
+        with open_dict(cfg):
+            cfg.hydra.mode, cfg.hydra.job.num = "RUN", 0
+            HydraConfig.instance().set_config(cfg)
+            del cfg["hydra"]  # the task sees no `hydra` node, as under @hydra.main
+        caplog.set_level(logging.INFO)
+        status, last = 0, ""
+        try:
+            run_job(cfg)
+        except SystemExit as e:  # run_job's own one-line exit for a failed single run
+            status, last = (1, str(e.code)) if isinstance(e.code, str) else (e.code, "")
+        except ValueError as e:  # what run.py turns into one line
+            status, last = 1, f"error: {e}"
+        return status, "\n".join([capsys.readouterr().out, caplog.text, last])
     return run
 
 

@@ -123,15 +123,15 @@ def test_cleanups_run_newest_first_and_each_once():
         a.cancel()
 
 
-def test_after_kill_9_the_next_run_marks_the_dead_processes_runs_killed(tmp_path, store, run_cli):
+def test_after_kill_9_the_next_run_marks_the_dead_processes_runs_killed(tmp_path, store, run_here):
     proc = start_held(tmp_path, store, "job_running", "-m", "num_warps=2,4")
     proc.kill()  # SIGKILL: no handler runs, the parent and the first child stay RUNNING in the store
     proc.communicate(timeout=60)
     _, runs = all_runs(store)
     assert sorted(r.info.status for r in runs) == ["RUNNING", "RUNNING"]
-    r = run_cli("problem=tiny", "bench=fast")
-    assert r.returncode == 0, r.stderr
-    assert "marked 2 run(s) KILLED whose process on this host is gone (kill -9 or a crash)" in r.stdout
+    status, said = run_here("problem=tiny", "bench=fast")  # the next run, in this process: the store is the subject
+    assert status == 0, said
+    assert "marked 2 run(s) KILLED whose process on this host is gone (kill -9 or a crash)" in said
     _, runs = all_runs(store)
     killed = [x for x in runs if x.info.status == "KILLED"]
     assert len(killed) == 2 and len(runs) == 3 and all(x.data.tags["status"] == "killed" for x in killed)
@@ -170,3 +170,21 @@ def test_an_error_that_ends_the_process_closes_what_is_open_as_failed():
         interrupts._guarded = interrupts._closing = False
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def exit_now_in_a_process(body):
+    code = f"import atexit, sys, threading, time\nfrom convtune import interrupts\n{body}"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("code,status,err", [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("error: one line", 1, "error: one line\n")])
+def test_exit_now_ends_as_sys_exit_would_with_atexit_handlers_run_and_output_flushed(code, status, err):
+    r = exit_now_in_a_process(f"atexit.register(lambda: print('atexit ran'))\nprint('unflushed', end=' ')\n"
+                              f"interrupts.exit_now({code!r})\nprint('never')")
+    assert (r.returncode, r.stdout, r.stderr) == (status, "unflushed atexit ran\n", err)
+
+
+def test_exit_now_lets_a_running_thread_finish():
+    r = exit_now_in_a_process("t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\n"
+                              "t.start()\ninterrupts.exit_now(4)")
+    assert (r.returncode, r.stdout) == (4, "thread done\n")

@@ -128,8 +128,9 @@ def test_a_bad_promote_setting_is_one_line_on_the_command_line(tmp_path, store, 
 def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
     broken = tmp_path / "broken.yaml"
     broken.write_text("pins: [1, 2\n")
-    r = promote(tmp_path, store, broken)
-    assert r.returncode == 1 and f"error: pins file {broken}: not valid YAML" in r.stderr
+    with pytest.raises(pins.PinsError) as e:  # promote.py prints a ValueError as `error: ...` (the test above)
+        run_promote(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={broken}"))
+    assert f"error: {e.value}".startswith(f"error: pins file {broken}: not valid YAML")
     assert broken.read_text() == "pins: [1, 2\n"
 
 

@@ -1,9 +1,6 @@
 """The correctness gate (convtune.measure.correctness) and the GPU correctness command (convtune.verify), on the CPU."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +9,7 @@ from convtune.measure.correctness import judge
 from convtune.kernels import Meta, get_variant
 from convtune.problem import ConvProblem
 from convtune.verify import Case, follows_rounding_rule, run_case
+from convtune.verify import main as verify_main
 from tests.conftest import ROOT
 
 P = ConvProblem("t", 2, 3, 12, 16, 20, 3, 4, (2, 4), (1, 2), (1, 1), 1, True)
@@ -60,19 +58,17 @@ def test_an_unknown_check_is_refused_by_name():
         judge(out, P, x, w, b, "ieee", 1e-5, check="exact")
 
 
-def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-m", "convtune.verify", "--device", "interpreter", "--shapes", "3", "--seed", "7"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "verify: 24 cases (3 per variant × precision, seed 7) on interpreter" in r.stdout
-    assert "| implicit_gemm | tf32 | 3 |" in r.stdout and r.stdout.strip().endswith("0 failure(s) in 24 cases")
+def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsys):
+    status = verify_main(["--device", "interpreter", "--shapes", "3", "--seed", "7"])  # the command's main, here
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "verify: 24 cases (3 per variant × precision, seed 7) on interpreter" in out
+    assert "| implicit_gemm | tf32 | 3 |" in out and out.strip().endswith("0 failure(s) in 24 cases")
 
 
-def test_verify_refuses_an_unknown_precision_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "convtune.verify", "--device", "interpreter", "--precisions", "fp8"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+def test_verify_refuses_an_unknown_precision_in_one_line(capsys):
+    status = verify_main(["--device", "interpreter", "--precisions", "fp8"])  # in-process: the command's own main
+    assert status == 2 and capsys.readouterr().err.strip().splitlines() == [
         "error: --precisions fp8 is not allowed: one of ['tf32', 'tf32_trunc', 'tf32x3', 'ieee']"]
 
 
@@ -89,17 +85,17 @@ def test_a_tf32_mismatch_is_blamed_on_cudnn_only_when_ours_follows_the_rounding_
     assert r["torch_vs_rounded_exact"] == pytest.approx(torch_off, rel=0.1)
 
 
-def test_verify_report_adds_up_out_files_and_counts_a_case_once(tmp_path):
+def test_verify_report_adds_up_out_files_and_counts_a_case_once(tmp_path, capsys):
     rows = [dict(REGRESSIONS[0], outcome="ok"), dict(REGRESSIONS[1], outcome="wrong", message="relative L2 error 1.1")]
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "b.jsonl").write_text(json.dumps(rows[0]) + "\n" + '{"index": 3, "vari')  # a run killed mid-line
-    r = subprocess.run([sys.executable, "-m", "convtune.verify", "--report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "verify: report of 2 distinct cases from 2 file(s)" in r.stdout
-    assert f"FAIL wrong: {rows[1]['case']}: relative L2 error 1.1" in r.stdout
-    assert r.stdout.strip().endswith("1 failure(s) in 2 cases: see the FAIL lines above")
-    assert "b.jsonl:2 is not a complete JSON line; skipped" in r.stderr
+    status = verify_main(["--report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")])
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    assert "verify: report of 2 distinct cases from 2 file(s)" in out
+    assert f"FAIL wrong: {rows[1]['case']}: relative L2 error 1.1" in out
+    assert out.strip().endswith("1 failure(s) in 2 cases: see the FAIL lines above")
+    assert "b.jsonl:2 is not a complete JSON line; skipped" in err
 
 
 def case_of(row):

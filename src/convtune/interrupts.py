@@ -16,13 +16,14 @@ Pure standard library: the tracking room and the app both use it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 ABNORMAL_EXIT = "error"  # what cleanups are told when an error, not a signal, ends the process
@@ -144,6 +145,38 @@ def guard(main: Callable[[], object]) -> object:
             print(f"warning: while closing runs after {name}: {err}", file=sys.stderr)
         print(f"interrupted ({name}): finished runs kept, open runs marked KILLED", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
+
+
+def main_then_exit(main: Callable[[], object]) -> NoReturn:
+    """An entry point's whole life: `guard(main)`, then `exit_now` with the status Python would have given."""
+    try:
+        guard(main)
+        code: object = 0
+    except SystemExit as e:
+        code = e.code
+    exit_now(code)
+
+
+def exit_now(code: object = 0) -> NoReturn:
+    """End the process as `sys.exit(code)` would, minus Python's teardown of every loaded module: with torch and
+    MLflow loaded that teardown alone takes ~1.4 s of each command (importing both and exiting: 5.0 s, 3.6 s
+    with this, on the 2-core CI machine), and it writes nothing of ours. atexit handlers still run (logging
+    flushes and closes its files there; the tracking store closes its database there), and the standard
+    streams are flushed. While another non-daemon thread is alive, the ordinary exit waits for it instead."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    global _closing
+    _closing = True  # nothing is open any more: a late Ctrl-C must not break the handlers below
+    if code is not None and not isinstance(code, int):  # what Python does with sys.exit("message")
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()  # no public API runs them; CPython's own, stable since Python 2
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to say anyway
+            pass
+    os._exit(code or 0)
 
 
 def checkpoint(name: str) -> None:

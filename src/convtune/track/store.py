@@ -6,6 +6,7 @@ parent run opened by a Hydra callback and child runs opened by jobs never depend
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 import os
@@ -76,6 +77,21 @@ def ensure_sqlite_store(uri: str) -> None:
         os.replace(tmp, path)
 
 
+@functools.lru_cache(maxsize=None)  # registered once per process
+def _close_sqlite_at_exit() -> None:
+    atexit.register(_close_sqlite_connections)
+
+
+def _close_sqlite_connections() -> None:
+    """Close the SQLite connections MLflow keeps pooled, so that the last one folds the WAL into the database
+    file and removes mlflow.db-wal/-shm, as collecting them at an ordinary exit does: the entry points end
+    without that collection (interrupts.exit_now)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for engine in list(getattr(SqlAlchemyStore, "_engine_map", {}).values()):
+        engine.dispose()
+
+
 def this_process() -> dict[str, str]:
     """The host and process a run is recorded by: `pid:start` (the start time in clock ticks since boot, from
     /proc, tells a reused pid apart; without /proc, the pid alone)."""
@@ -135,6 +151,8 @@ class Tracker:
                 os.environ.setdefault(k, v)
         try:
             ensure_sqlite_store(uri)
+            if uri.startswith("sqlite:///"):
+                _close_sqlite_at_exit()
             self.client = MlflowClient(tracking_uri=uri)
             self.client.search_experiments(max_results=1)
         except StoreError:
