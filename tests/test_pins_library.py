@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 import torch.nn.functional as F
 
 import convtune
@@ -50,6 +51,38 @@ def test_a_broken_pins_file_is_refused_and_never_overwritten(tmp_path, text, wor
     with pytest.raises(pins.PinsError, match=words) as e:
         pins.write_pin(f, "G", "k", "key", Meta(32, 32, 32, 4, 2), {})
     assert str(f) in str(e.value) and f.read_text() == text
+
+
+def test_a_pins_file_cut_short_is_refused_even_where_what_is_left_is_valid_yaml(tmp_path):
+    f = tmp_path / "pins.yaml"
+    for key in ("a", "b", "c"):
+        pins.write_pin(f, "G", "k", key, Meta(32, 32, 32, 4, 2), {"run_id": key})
+    whole = f.read_text()
+    assert whole.endswith(pins.END) and len(pins.load(f)["pins"]["G"]["k"]) == 3
+    cut = whole[:whole.index("      c:")]  # entry c gone; the rest parses, with two pins
+    assert yaml.safe_load(cut)["pins"]["G"]["k"].keys() == {"a", "b"}
+    for text in (cut, whole[:-1], whole[: -len(pins.END)]):
+        f.write_text(text)
+        with pytest.raises(pins.PinsError, match=r"written by promote but its last line is not '# end of pins': cut "
+                                                 r"short \(a copy or a full disk\?\), so pins may be missing"):
+            pins.load(f)
+    f.write_text("")
+    with pytest.raises(pins.PinsError, match=r"pins file .*pins.yaml: empty \(cut short\? delete it"):
+        pins.load(f)
+
+
+def test_a_pin_replaced_meanwhile_is_not_written_over(tmp_path):
+    f = tmp_path / "pins.yaml"
+    first, second, mine = Meta(32, 32, 32, 4, 2), Meta(64, 64, 32, 4, 2), Meta(128, 64, 32, 4, 3)
+    pins.write_pin(f, "G", "k", "key", first, {"run_id": "r1"}, expect=None)  # none pinned: as expected
+    pins.write_pin(f, "G", "k", "key", second, {"run_id": "r2"}, expect=first)
+    before = f.read_text()
+    with pytest.raises(pins.PinChanged, match=r"the pin for G / k / key changed while this ran \(M32-N32-K32-w4-s2 → "
+                                              r"M64-N64-K32-w4-s2 by run r2\); nothing written"):
+        pins.write_pin(f, "G", "k", "key", mine, {"run_id": "r3"}, expect=first)  # decided against `first`
+    with pytest.raises(pins.PinChanged, match=r"\(none → M64-N64-K32-w4-s2 by run r2\)"):
+        pins.write_pin(f, "G", "k", "key", mine, {"run_id": "r3"}, expect=None)
+    assert f.read_text() == before
 
 
 def test_an_unreadable_pins_file_is_named_in_one_line(tmp_path):

@@ -162,3 +162,40 @@ def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store
     env["TRITON_INTERPRET"] = "1"
     r = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_a_pin_changed_by_another_promote_meanwhile_is_not_overwritten(capsys, monkeypatch, store, pins_file):
+    """Two promotes on one key: the second decided against a pin the first has since replaced. It writes nothing
+    and says so (before, it overwrote the first's pin and named a stale `previous`)."""
+    from convtune.tune import contest
+
+    record(store, SLOW, 5.0)
+    record(store, FAST, 0.5)
+    other = Meta(64, 64, 32, 4, 2)
+    real_decide = contest.decide
+
+    def decide_while_another_promote_lands(*args, **kwargs):
+        pins.write_pin(pins_file, "interpreter", "implicit_gemm", KEY, other, {"run_id": "the-other-promote"},
+                       expect=SLOW)  # the other promote, which contested the same pin and won first
+        return real_decide(*args, **kwargs)
+    monkeypatch.setattr(contest, "decide", decide_while_another_promote_lands)
+    status, out = promote_here(capsys, store, pins_file, "promote.remeasure=false")
+    assert status == 1 and "decision: PROMOTE" in out
+    assert ("changed while this ran (M16-N16-K16-w4-s2 → M64-N64-K32-w4-s2 by run the-other-promote); nothing "
+            "written: run promote again to contest the pin now in place") in out
+    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    assert entry["meta"] == other.as_dict() and entry["provenance"]["run_id"] == "the-other-promote"
+    c = MlflowClient(store)
+    (decision,) = [x for x in c.search_runs([c.get_experiment_by_name("tiny [interpreter]").experiment_id])
+                   if x.data.tags.get("kind") == "promote"]
+    assert decision.data.tags["decision"] == "kept" and "changed while this ran" in decision.data.tags["reason"]
+
+
+def test_the_previous_pin_in_the_provenance_names_the_run_it_came_from(capsys, store, pins_file):
+    record(store, SLOW, 5.0)
+    first = record(store, Meta(64, 64, 32, 4, 2), 1.0)
+    assert promote_here(capsys, store, pins_file, "promote.remeasure=false")[0] == 0  # replaces the planted SLOW
+    record(store, FAST, 0.5)
+    assert promote_here(capsys, store, pins_file, "promote.remeasure=false")[0] == 0
+    prov = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]["provenance"]
+    assert prov["previous"] == {"meta": Meta(64, 64, 32, 4, 2).as_dict(), "source": "pin", "run_id": first}

@@ -23,10 +23,19 @@ PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
 ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location
 HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only with care.\n"
           "# pins -> GPU name -> kernel variant -> problem key/precision -> {meta, provenance}\n")
+# The last line of a file promote writes. Cut short (a copy or a disk that filled), the rest may still be valid
+# YAML with pins missing, which the library would use silently; a file that has the header and not this line
+# is refused. A file without the header (written by hand) is taken as it is.
+END = "# end of pins\n"
+UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
 
 
 class PinsError(ValueError):
     """The pins file is unreadable or malformed; the message names the file and what is wrong."""
+
+
+class PinChanged(PinsError):
+    """The pin a writer meant to replace was replaced by another writer meanwhile (two promotes on one key)."""
 
 
 def default_path() -> Path:
@@ -44,7 +53,14 @@ def load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"pins": {}}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {"pins": {}}
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise PinsError(f"pins file {path}: empty (cut short? delete it to start with no pins)")
+        if text.startswith(HEADER.splitlines()[0]) and not text.endswith(END):
+            raise PinsError(f"pins file {path}: written by promote but its last line is not {END.strip()!r}: "
+                            "cut short (a copy or a full disk?), so pins may be missing; restore it (git, a "
+                            "backup) or, if you edited it by hand, end it with that line")
+        data = yaml.safe_load(text) or {"pins": {}}
     except yaml.YAMLError as e:
         raise PinsError(f"pins file {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     except UnicodeDecodeError as e:
@@ -76,14 +92,26 @@ def entries(data: dict[str, Any], gpu: str, kernel: str) -> dict[str, Any]:
     return ((data.get("pins") or {}).get(gpu) or {}).get(kernel) or {}
 
 
-def write_pin(path: Path, gpu: str, kernel: str, key: str, meta: Meta, provenance: dict[str, Any]) -> tuple[str, str]:
-    """Set one pin, leaving every other entry untouched. Returns the file's text before and after."""
+def write_pin(path: Path, gpu: str, kernel: str, key: str, meta: Meta, provenance: dict[str, Any],
+              expect: Any = UNCHECKED) -> tuple[str, str]:
+    """Set one pin, leaving every other entry untouched. Returns the file's text before and after.
+
+    `expect`: the Meta the caller found pinned for this key when it decided (None: no pin). If another writer
+    has changed that pin since, nothing is written and PinChanged says what is pinned now: the caller's
+    decision was made against a pin that is gone."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
         data = load(path)  # refuses a broken file before anything is written
+        now = entries(data, gpu, kernel).get(key)
+        now_meta = Meta(**now["meta"]) if now else None
+        if expect is not UNCHECKED and now_meta != expect:
+            by = f" by run {now['provenance'].get('run_id')}" if now and now.get("provenance") else ""
+            raise PinChanged(f"pins file {path}: the pin for {gpu} / {kernel} / {key} changed while this ran "
+                             f"({expect.short() if expect else 'none'} → {now_meta.short() if now_meta else 'none'}"
+                             f"{by}); nothing written: run promote again to contest the pin now in place")
         data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {"meta": meta.as_dict(), "provenance": provenance}
-        after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+        after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:

@@ -43,6 +43,7 @@ class Contest:
     key: str
     pin_meta: Any
     pinned: bool  # False: the pin is the kernel's default
+    pin_run_id: Optional[str]  # the run the pin was promoted from, as its provenance says
     runs: list[RunView]
     contenders: list[Any]  # contest.Contender, the pin first
 
@@ -74,7 +75,14 @@ def run_promote(cfg: DictConfig) -> int:
     print(f"promote: {setup.problem.name} ({c.key}) · kernel {setup.variant.name} · {c.gpu} · {len(c.runs)} candidate "
           f"run(s){'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
     promoted = decision.promote and refusal is None and not p.dry_run
-    diff = write_winner(setup, tracker, c, decision, remeasured) if promoted else ""
+    diff = ""
+    if promoted:
+        from convtune.kernels.pins import PinChanged
+
+        try:
+            diff = write_winner(setup, tracker, c, decision, remeasured)
+        except PinChanged as e:  # another promote pinned this key meanwhile: this contest was against a pin now gone
+            promoted, refusal = False, str(e)
     if refusal:
         print(f"refused: {refusal}")
     record_decision(setup, tracker, c, decision, report, diff, "promoted" if promoted else "kept", refusal)
@@ -112,7 +120,8 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     contenders = [Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
                             pin_run and pin_run.latency_ms)]
     contenders += [Contender(m, "candidate", r.run_id, r.latency_ms) for m, r in ranked if m != pin_meta][: p.top_k]
-    return Contest(gpu, key, pin_meta, current is not None, runs, contenders)
+    return Contest(gpu, key, pin_meta, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
+                   runs, contenders)
 
 
 def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, remeasured: bool) -> str:
@@ -124,12 +133,15 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
         "run_id": w.run_id, "experiment": setup.experiment(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
-        "previous": {"meta": c.pin_meta.as_dict(), "source": "pin" if c.pinned else "kernel default"},
+        "previous": {"meta": c.pin_meta.as_dict(), "source": "pin" if c.pinned else "kernel default",
+                     **({"run_id": c.pin_run_id} if c.pinned else {})},
         "gain": round(decision.gain, 4), "ratio_lower_bound": round(decision.ratio_lo, 4),
         "torch_version": here[Tag.TORCH_VERSION], "triton_version": here[Tag.TRITON_VERSION],
         "kernel_source_hash": setup.variant.source_hash,
     }
-    before, after = pins.write_pin(path, c.gpu, setup.variant.name, c.key, w.meta, provenance)
+    # `expect`: written only over the pin this contest beat (two promotes on one key: the second is refused)
+    before, after = pins.write_pin(path, c.gpu, setup.variant.name, c.key, w.meta, provenance,
+                                   expect=c.pin_meta if c.pinned else None)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
     print(f"\npins file {path}:\n{diff}")
     if w.run_id:
