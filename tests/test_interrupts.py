@@ -100,9 +100,11 @@ def test_a_signal_inside_a_deferred_section_waits_for_its_end():
                 done.append("section finished")
         assert done == ["section finished"] and e.value.exit_code == 143
         assert interrupts.pending() is None
+        run = interrupts.on_interrupt(lambda sig: None)  # something open (with nothing open, the process just ends)
         with pytest.raises(interrupts.Interrupted):  # outside a section: at once
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5)
+        run.cancel()
     finally:
         interrupts._guarded = False
         for s, h in old.items():
@@ -188,3 +190,20 @@ def test_exit_now_lets_a_running_thread_finish():
     r = exit_now_in_a_process("t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\n"
                               "t.start()\ninterrupts.exit_now(4)")
     assert (r.returncode, r.stdout) == (4, "thread done\n")
+
+
+def test_a_signal_while_nothing_is_open_ends_the_process_there_without_raising(tmp_path):
+    """Raising from the handler while torch's import ran Python from C++ aborted the process (rc -6); with
+    nothing to close there is nothing to unwind, so the handler ends the process itself."""
+    marker = tmp_path / "ready"
+    code = ("import sys, time\nfrom convtune import interrupts\n"
+            "def main():\n    open(sys.argv[1], 'w').close()\n    time.sleep(60)\n    print('slept')\n"
+            "print('started', flush=False)\ninterrupts.main_then_exit(main)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(marker)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while not marker.exists():  # the process writes it once main runs under the guard
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (143, "started\n", "interrupted (SIGTERM): nothing was open\n")

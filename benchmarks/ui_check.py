@@ -1,0 +1,88 @@
+"""The MLflow UI, in a real browser, on a store a real sweep wrote: what does a new user see first?
+
+    python benchmarks/ui_check.py --store sqlite:///mlruns/mlflow.db --out ui_shots/ [--chromium /usr/bin/chromium]
+
+Starts `mlflow ui` on 127.0.0.1 on that store, opens each experiment's page in headless Chromium
+(Playwright), waits for the page to settle, and saves a screenshot and the visible text per experiment. It
+prints, per experiment, the URL the UI landed on, whether the runs table is on screen (the names of the runs
+convtune wrote appear in it) and whether the GenAI trace overview is. Needs `pip install playwright` and a
+Chromium (Debian: `apt-get install chromium`); a manual check with evidence, not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    a = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(a.store)
+    experiments = [e for e in client.search_experiments() if e.name != "Default"]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", a.store, "--host",
+                               "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    failures = 0
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    print("error: mlflow ui did not start", file=sys.stderr)
+                    return 2
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            for exp in experiments:
+                names = [r.info.run_name for r in client.search_runs([exp.experiment_id], max_results=50)]
+                page.goto(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}")
+                page.wait_for_load_state("networkidle")
+                try:
+                    page.get_by_text(names[0], exact=True).first.wait_for(timeout=30_000)
+                except Exception:  # noqa: BLE001 - reported below as not shown
+                    pass
+                text = page.inner_text("body")
+                slug = "".join(c if c.isalnum() else "_" for c in exp.name)
+                page.screenshot(path=str(out / f"{slug}.png"), full_page=False)
+                (out / f"{slug}.txt").write_text(text)
+                shown = [n for n in names if n in text]
+                traces = "Traces" in text and not shown
+                print(f"{exp.name}: landed on {page.url.split('#', 1)[-1]} · {len(shown)}/{len(names)} run names "
+                      f"on screen · GenAI trace overview instead: {traces} · kind tag "
+                      f"{exp.tags.get('mlflow.experimentKind')}")
+                for n in names[:8]:
+                    print(f"    run name: {n}{'' if n in text else '   (not on screen)'}")
+                failures += 0 if shown else 1
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
