@@ -4,8 +4,9 @@
 
 Starts `mlflow ui` on 127.0.0.1 on that store, opens each experiment's page in headless Chromium
 (Playwright), waits for the page to settle, and saves a screenshot and the visible text per experiment. It
-prints, per experiment, the URL the UI landed on, whether the runs table is on screen (the names of the runs
-convtune wrote appear in it) and whether the GenAI trace overview is. Needs `pip install playwright` and a
+prints, per experiment and for a plain link and the link convtune prints, the URL the UI landed on, whether
+the runs table is on screen (the names of the runs convtune wrote appear in it) and whether the GenAI trace
+overview is instead. Needs `pip install playwright` and a
 Chromium (Debian: `apt-get install chromium`); a manual check with evidence, not part of the test suite.
 """
 
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
+
+from convtune.track.store import ui_link
 
 
 def free_port() -> int:
@@ -57,26 +60,32 @@ def main() -> int:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            for exp in experiments:
+            for exp, how in [(e, h) for e in experiments for h in ("plain link", "convtune's link")]:
                 names = [r.info.run_name for r in client.search_runs([exp.experiment_id], max_results=50)]
-                page.goto(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}")
-                page.wait_for_load_state("networkidle")
+                base = f"http://127.0.0.1:{port}"
+                page.goto(f"{base}/#/experiments/{exp.experiment_id}" if how == "plain link"
+                          else ui_link(exp.experiment_id, base))
+                page.wait_for_load_state("load")
                 try:
-                    page.get_by_text(names[0], exact=True).first.wait_for(timeout=30_000)
+                    page.get_by_text(names[-1], exact=True).first.wait_for(timeout=30_000)  # the oldest run
+                    expanders = page.locator("button[data-component-id*='runnamecellrenderer']")  # the ⊞ of a parent
+                    for i in range(expanders.count()):  # a sweep's children sit under its parent row
+                        expanders.nth(i).click()
+                    page.wait_for_timeout(1500)
                 except Exception:  # noqa: BLE001 - reported below as not shown
                     pass
                 text = page.inner_text("body")
-                slug = "".join(c if c.isalnum() else "_" for c in exp.name)
+                slug = "".join(c if c.isalnum() else "_" for c in f"{exp.name} {how}")
                 page.screenshot(path=str(out / f"{slug}.png"), full_page=False)
                 (out / f"{slug}.txt").write_text(text)
                 shown = [n for n in names if n in text]
                 traces = "Traces" in text and not shown
-                print(f"{exp.name}: landed on {page.url.split('#', 1)[-1]} · {len(shown)}/{len(names)} run names "
+                print(f"{exp.name}, {how}: landed on {page.url.split('#', 1)[-1]} · {len(shown)}/{len(names)} run names "
                       f"on screen · GenAI trace overview instead: {traces} · kind tag "
                       f"{exp.tags.get('mlflow.experimentKind')}")
                 for n in names[:8]:
                     print(f"    run name: {n}{'' if n in text else '   (not on screen)'}")
-                failures += 0 if shown else 1
+                failures += 0 if shown or how == "plain link" else 1
             browser.close()
     finally:
         server.terminate()

@@ -64,8 +64,13 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
     children = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
     assert sorted(x.data.params["num_warps"] for x in children) == ["2", "4"]
+    # what the sweep varies first: the MLflow UI shows ~13 characters of a child's name
+    assert sorted(x.info.run_name for x in children) == ["w2 · M128-N64-K32-s3", "w4 · M128-N64-K32-s3"]
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.metrics["n_ok"] == 2
+    assert re.fullmatch(r"num_warps=2,4 · \d\d-\d\d \d\d:\d\d", parent.info.run_name)  # what it varies, first
+    assert (f"browse: mlflow ui --backend-store-uri {store}   then http://127.0.0.1:5000/#/experiments/"
+            f"{parent.info.experiment_id}/runs?workflowType=machine_learning") in r.stdout
     assert parent.data.tags["best_run_id"] in {x.info.run_id for x in children}
     assert {"summary.md", "multirun.yaml", "roofline.png", "latency.png"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
     summary = Path(c.download_artifacts(parent.info.run_id, "summary.md")).read_text()

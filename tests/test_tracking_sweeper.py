@@ -127,3 +127,29 @@ def test_an_unwritable_sqlite_folder_is_one_line(tmp_path):
     blocker.write_text("")
     with pytest.raises(StoreError, match=r"cannot be used: cannot create the folder .*/file/sub"):
         resolve_uri(f"sqlite:///{blocker}/sub/mlflow.db", tmp_path)
+
+
+def test_a_sweeps_run_name_says_what_it_varies_then_when():
+    from convtune.sweep import browse_hint, sweep_run_name
+
+    noon = time.mktime((2026, 11, 22, 12, 5, 0, 0, 0, -1))
+    assert sweep_run_name(["problem=tiny", "num_warps=2,4", "BLOCK_M=48,32", "tracking.uri=sqlite:///x"], noon) == \
+        "num_warps=2,4 BLOCK_M=48,32 · 11-22 12:05"
+    assert sweep_run_name(["+experiment=seed_configs", "problem=tiny"], noon) == "+experiment=seed_configs · 11-22 12:05"
+    assert sweep_run_name(["problem=tiny"], noon) == "sweep · 11-22 12:05"
+    assert browse_hint("http://10.0.0.5:5000/", "7") == \
+        "browse: http://10.0.0.5:5000/#/experiments/7/runs?workflowType=machine_learning"
+
+
+def test_a_childs_run_name_puts_what_the_sweep_varies_first():
+    from convtune.setup import resolve
+    from convtune.sweep import varied_keys
+    from tests.conftest import compose
+
+    jobs = [["problem=tiny", "num_warps=2", "precision=ieee"], ["problem=tiny", "num_warps=4", "precision=ieee"],
+            ["problem=tiny", "num_warps=2", "+precision=tf32"]]
+    assert varied_keys(jobs) == ["num_warps", "precision"]
+    setup = resolve(compose("problem=tiny", "num_warps=2", "precision=ieee"))
+    assert setup.run_name(["num_warps", "precision"]) == "w2-ieee · M128-N64-K32-s3"
+    assert setup.run_name(["problem", "BLOCK_K"]) == "tiny-K32 · M128-N64-w2-s3"
+    assert setup.run_name() == "M128-N64-K32-w2-s3"  # a single run: the configuration as Triton spells it

@@ -41,6 +41,9 @@ class _Job:
         self.params = self.setup.params()
         self.tags: dict[str, Any] = {**self.setup.tags(), Tag.STATUS: Status.RUNNING}
 
+    def run_name(self) -> str:
+        return self.setup.run_name(self.sweep.varied if self.sweep else ())
+
     def experiment_id(self, tracker: Tracker) -> str:
         if self.sweep is not None:
             return self.sweep.experiment_id
@@ -63,7 +66,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             return _resume(tracker, job, earlier)
     metrics: dict[str, float] = {}
     with interrupts.deferred():  # no window between the run's creation and its cleanup's registration
-        run_id = tracker.start_run(job.experiment_id(tracker), job.setup.run_name(), job.tags,
+        run_id = tracker.start_run(job.experiment_id(tracker), job.run_name(), job.tags,
                                    parent_id=job.sweep.parent_run_id if job.sweep else None)
         on_kill = interrupts.on_interrupt(
             lambda sig: _record(tracker, run_id, job, metrics, Status.FAILED, "AbnormalExit",
@@ -108,7 +111,7 @@ def _resume(tracker: Tracker, job: _Job, earlier: RunView) -> Optional[float]:
     with interrupts.deferred():
         own = (Tag.HOST, Tag.PROCESS, Tag.PROMOTED)  # this run's own process; the pin is the earlier run's
         tags = {k: v for k, v in earlier.raw["tags"].items() if not k.startswith("mlflow.") and k not in own}
-        run_id = tracker.start_run(job.sweep.experiment_id, job.setup.run_name(),
+        run_id = tracker.start_run(job.sweep.experiment_id, job.run_name(),
                                    {**tags, Tag.RESUMED_FROM: earlier.run_id}, parent_id=job.sweep.parent_run_id)
         tracker.log(run_id, params=earlier.raw["params"], metrics=earlier.raw["metrics"])
         tracker.end(run_id, "FINISHED")

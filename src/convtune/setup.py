@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -159,6 +159,11 @@ INTERPRETER_TIMING = dict(rounds=1, reps=1, warmup=0)
 INTERPRETER_CONTEST = dict(rounds=4, reps=1)
 
 
+def _short_value(value: Any) -> str:
+    """A config value for a run name: a config group (problem, kernel) by its name."""
+    return str(value.get("name", "?")) if isinstance(value, DictConfig) else str(enum_value(value))
+
+
 @dataclass
 class Setup:
     """Everything a command needs before it measures anything. `error` holds what made the setup incomplete
@@ -250,10 +255,16 @@ class Setup:
             return self.meta.label()
         return " ".join(f"{k}={'default' if v is None else v}" for k, v in self.given.items())
 
-    def run_name(self) -> str:
-        if self.meta is not None:
-            return self.meta.short()
-        return "-".join("default" if v is None else str(v) for v in self.given.values())
+    def run_name(self, varied: Sequence[str] = ()) -> str:
+        """The launch configuration in short (M64-N64-K32-w4-s3); in a sweep, what the sweep varies comes first
+        (w2-M48 · N64-K32-s3): the MLflow UI shows ~13 characters of a child run's name, and "M32-N64-K32-…"
+        told a sweep over num_warps nothing."""
+        if self.meta is None:
+            return "-".join("default" if v is None else str(v) for v in self.given.values())
+        parts = dict(zip(self.meta.keys(), self.meta.short().split("-")))
+        first = [parts[k] if k in parts else _short_value(OmegaConf.select(self.cfg, k, default="?")) for k in varied]
+        rest = [part for k, part in parts.items() if k not in varied]
+        return "-".join(first) + " · " + "-".join(rest) if first else self.meta.short()
 
     def raise_error(self) -> None:
         if self.error is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,7 +22,7 @@ from convtune.errors import ConfigError
 from convtune.setup import Target, experiment_name, git_tags, refuse_early
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
-from convtune.track.store import Tracker, resolve_uri, say_reaped
+from convtune.track.store import Tracker, resolve_uri, say_reaped, ui_link
 
 STATE_FILE = "convtune_sweep.json"
 
@@ -34,6 +34,7 @@ class SweepState:
     experiment_name: str
     tracking_uri: str
     total_jobs: Optional[int]
+    varied: list[str] = field(default_factory=list)  # the keys whose value differs between jobs (run names)
 
     def save(self, sweep_dir: Path) -> None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +99,34 @@ def _compose_error(hydra: Any, config: DictConfig, overrides: list[str]) -> Opti
     except ConfigCompositionException as e:
         return (str(e.__cause__ or e).strip().splitlines() or ["Hydra could not compose it"])[0]
     return None
+
+
+def varied_keys(jobs: list[list[str]]) -> list[str]:
+    """The keys whose value differs between the jobs, in the order they first appear."""
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for o in job:
+            key, _, value = o.partition("=")
+            values.setdefault(key.lstrip("+~"), set()).add(value)
+    return [k for k, v in values.items() if len(v) > 1]
+
+
+def browse_hint(uri: str, experiment_id: str) -> str:
+    """Where to see the sweep: the UI page of its runs in the model-training view (track.store.ui_link)."""
+    if uri.startswith(("http://", "https://")):
+        return f"browse: {ui_link(experiment_id, uri.rstrip('/'))}"
+    return f"browse: mlflow ui --backend-store-uri {uri}   then {ui_link(experiment_id)}"
+
+
+def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> str:
+    """The parent run's name: what the sweep varies, then when it started ("num_warps=2,4 BLOCK_M=48,32 · 11-22
+    09:57"). The MLflow UI's runs table shows ~18 characters of a name; "sweep 2026-11-22 0…" told no two sweeps
+    of a day apart."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(task_overrides)
+    varied = [o.input_line for o in parsed if o.is_sweep_override() or o.key_or_group.lstrip("+") == "experiment"]
+    return f"{' '.join(varied) or 'sweep'} · {time.strftime('%m-%d %H:%M', time.localtime(now))}"
 
 
 def record_total_jobs(config: DictConfig, total: int) -> None:
@@ -179,8 +208,8 @@ class SweepCallback(Callback):
             tracker = Tracker(uri)  # creates the SQLite database, once, here
             say_reaped(tracker.reap_orphans())
             exp_id = tracker.experiment_id(name)
-            parent = tracker.start_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
-            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs))
+            parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags)
+            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied_keys(jobs or []))
             state.save(Path(hc.sweep.dir))
             self._on_kill = interrupts.on_interrupt(
                 lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state,
@@ -200,6 +229,7 @@ class SweepCallback(Callback):
                 if getattr(self, "_on_kill", None) is not None:
                     self._on_kill.cancel()
             print(table, flush=True)
+            print(browse_hint(state.tracking_uri, state.experiment_id), flush=True)
         if config.promote.after_sweep:
             from convtune.tune.promote import run_promote
 
