@@ -49,13 +49,20 @@ def _traced_default_precision() -> str:
 
 def choose_meta(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: tuple[int, int],
                 padding: tuple[int, int], dilation: tuple[int, int], precision: str) -> Meta:
+    return lookup(x, weight, has_bias, stride, padding, dilation, precision)[0]
+
+
+def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
+           precision: str) -> tuple[Meta, str]:
+    """The configuration the library runs for this call, and where it comes from (pin, nearest pin, default)."""
+    st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
-    p = ConvProblem("", n, c, h, w, c_out, kh, kw, stride, padding, dilation, 1, has_bias)
+    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias)
     path = pins.default_path()
     meta, source = configured_meta(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision)
     log.debug("convtune.conv2d %s/%s: %s from %s (%s)", p.key(), precision, meta.short(), source, path)
-    return meta
+    return meta, source
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -132,21 +139,51 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 _conv2d_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def output_format(input: torch.Tensor, weight: torch.Tensor) -> torch.memory_format:
+    """Torch's rule for a convolution's output: channels_last if the input's or the weight's strides are
+    channels_last-like (Tensor::suggest_memory_format), else NCHW."""
+    like = _strides_like_channels_last
+    return torch.channels_last if like(input) or like(weight) else torch.contiguous_format
+
+
+def _strides_like_channels_last(t: torch.Tensor) -> bool:
+    """c10's is_channels_last_strides_2d_s4, which decides a tensor's suggested layout from its strides. Where
+    sizes of 1 make both layouts contiguous (C=1, or a 1×1 weight), the strides still tell: `.to(memory_format=
+    torch.channels_last)` writes channels_last strides, and cuDNN then returns channels_last (seen on the H200:
+    `is_contiguous(channels_last) and not is_contiguous()` got 10 of 300 such calls wrong)."""
+    if t.dim() != 4 or t.stride(1) == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        size, stride = t.size(d), t.stride(d)
+        if size == 0 or stride < low or (d == 0 and low == t.stride(1)):
+            return False
+        low = stride * size if size > 1 else stride
+    return True
+
+
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
-    """torch.nn.functional.conv2d for float32 NCHW tensors with groups=1 and numeric padding, with gradients
+    """torch.nn.functional.conv2d for float32 tensors with groups=1 and numeric padding, with gradients
     (through PyTorch's convolution backward) and traceable by torch.compile (the operator convtune::conv2d).
 
-    The first call of a signature (shapes, strides, padding, precision, device, input alignment) checks
-    everything, looks up the pin and caches a launch plan; later calls check contiguity and dtype only."""
+    Any layout is taken: the kernel reads NCHW, so a channels_last or otherwise strided input or weight is
+    copied to NCHW first (its cost: benchmarks/drop_in.py), and the output follows torch's rule
+    (output_format). The first call of a signature (shapes, strides, padding, precision, device, input
+    alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only."""
     precision = precision or (_traced_default_precision() if torch.compiler.is_compiling() else default_precision())
+    fmt = output_format(input, weight)
+    input, weight = input.contiguous(), weight.contiguous()  # no copy when already NCHW
+    bias = None if bias is None else bias.contiguous()
     needs_op = torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
         input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)))
     if not needs_op:
-        return _run(input, weight, bias, stride, padding, dilation, groups, precision)
-    if groups != 1 or isinstance(padding, str):
-        _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
-    return _conv2d_op(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), precision)
+        out = _run(input, weight, bias, stride, padding, dilation, groups, precision)
+    else:
+        if groups != 1 or isinstance(padding, str):
+            _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
+        out = _conv2d_op(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), precision)
+    return out if fmt is torch.contiguous_format else out.contiguous(memory_format=fmt)
 
 
 def forget_choices() -> None:

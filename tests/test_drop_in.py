@@ -1,0 +1,106 @@
+"""The library as a drop-in (interpreter, CPU tensors): any memory layout in, torch's layout out; what the
+kernel cannot take says why in one line; convtune.nn.convert swaps a model's convolutions and reports."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convtune
+
+
+def layouts():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 3, 9, 11, generator=g)
+    w = torch.rand(5, 3, 3, 2, generator=g) - 0.5
+    cl = torch.channels_last
+    return {
+        "nchw": (x, w),
+        "channels_last input": (x.to(memory_format=cl), w),
+        "channels_last weight": (x, w.to(memory_format=cl)),
+        "both channels_last": (x.to(memory_format=cl), w.to(memory_format=cl)),
+        "strided input (a slice)": (torch.rand(2, 3, 9, 22, generator=g)[..., ::2], w),
+        "transposed H/W input": (torch.rand(2, 3, 11, 9, generator=g).transpose(2, 3), w),
+        # both layouts contiguous at once: the strides decide, as in torch (the H200 run found these)
+        "one input channel, channels_last": (torch.rand(2, 1, 9, 11, generator=g).to(memory_format=cl),
+                                             torch.rand(5, 1, 3, 2, generator=g)),
+        "1x1 weight, channels_last": (x, torch.rand(5, 3, 1, 1, generator=g).to(memory_format=cl)),
+        "one input channel, NCHW": (torch.rand(2, 1, 9, 11, generator=g), torch.rand(5, 1, 3, 2, generator=g)),
+    }
+
+
+@pytest.mark.parametrize("name", list(layouts()))
+def test_any_layout_in_gives_torchs_values_and_torchs_output_layout(name):
+    x, w = layouts()[name]
+    b = torch.rand(5)
+    ours = convtune.conv2d(x, w, b, stride=(2, 1), padding=1, precision="ieee")
+    ref = F.conv2d(x.double(), w.double(), b.double(), stride=(2, 1), padding=1)
+    torch.testing.assert_close(ours.double(), ref, rtol=1e-5, atol=1e-5)
+    theirs = F.conv2d(x, w, b, stride=(2, 1), padding=1)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        assert ours.is_contiguous(memory_format=fmt) == theirs.is_contiguous(memory_format=fmt), fmt
+
+
+def test_gradients_flow_back_to_a_channels_last_input_in_its_layout():
+    x = torch.rand(2, 3, 9, 11).to(memory_format=torch.channels_last).requires_grad_()
+    w = (torch.rand(5, 3, 3, 3) - 0.5).requires_grad_()
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    convtune.conv2d(x, w, padding=1, precision="ieee").square().sum().backward()
+    F.conv2d(xr, wr, padding=1).square().sum().backward()
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.blocks = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=4), torch.nn.ReLU(),
+                                          torch.nn.Conv2d(8, 8, 3, padding="same"),
+                                          torch.nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"))
+        self.unused = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.blocks(self.stem(x))
+
+
+def test_convert_swaps_every_conv_in_place_and_says_what_each_runs():
+    net = Net()
+    x = torch.rand(2, 3, 8, 8)
+    before, state = net(x), {k: v.clone() for k, v in net.state_dict().items()}
+    stem_weight = net.stem.weight
+    report = convtune.nn.convert(net, example_input=x)
+    assert all(type(m) is convtune.nn.Conv2d for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    assert net.stem.weight is stem_weight and net.state_dict().keys() == state.keys()
+    torch.testing.assert_close(net(x), before)  # CPU tensors: torch's convolution, the same numbers
+    runs = {s.name: s.runs for s in report}
+    assert runs == {"stem": "torch: input on cpu (the kernel runs on CUDA tensors)",
+                    "blocks.0": "torch: groups=4 (the kernel takes groups=1)",
+                    "blocks.2": "torch: padding='same' (the kernel takes numbers)",
+                    "blocks.3": "torch: padding_mode='reflect' (the kernel pads with zeros)",
+                    "unused": "not called by the example input"}
+    assert str(report).splitlines()[-1] == ("5 convolution(s) swapped: 0 run convtune's kernel, 4 torch's, 1 not called by the example input")
+    assert {s.name: s.runs for s in convtune.nn.convert(net)}["stem"] == \
+        "convtune (configuration per input shape: pins)"  # no example input: per shape, decided at the call
+
+
+def test_what_the_kernel_cannot_take_is_refused_in_one_line_by_the_functional_call():
+    x, w = torch.rand(1, 4, 8, 8), torch.rand(4, 4, 3, 3)
+    cases = [(dict(groups=2), "groups=2 is not supported (only groups=1)"),
+             (dict(padding="same"), "padding='same' is not supported; give numbers (int or pair)")]
+    for kwargs, line in cases:
+        with pytest.raises(ValueError) as e:
+            convtune.conv2d(x, w[:, : 4 // kwargs.get("groups", 1)], **kwargs)
+        assert str(e.value) == line
+    with pytest.raises(ValueError) as e:
+        convtune.conv2d(x.double(), w.double())
+    assert str(e.value) == "input must be float32, got torch.float64"
+
+
+def test_convert_with_an_example_input_leaves_the_models_state_as_it_was():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Dropout(0.5)).train()
+    net[2].eval()  # mixed modes are kept as they were, module by module
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    convtune.nn.convert(net, example_input=torch.rand(2, 3, 8, 8) * 10)
+    after = net.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # running mean/var, num_batches_tracked
+    assert [m.training for m in net] == [True, True, False]
