@@ -141,8 +141,11 @@ _conv2d_op.register_autograd(_backward, setup_context=_setup_context)
 
 def output_format(input: torch.Tensor, weight: torch.Tensor) -> torch.memory_format:
     """Torch's rule for a convolution's output: channels_last if the input's or the weight's strides are
-    channels_last-like (Tensor::suggest_memory_format), else NCHW."""
-    like = _strides_like_channels_last
+    channels_last-like (Tensor::suggest_memory_format), else NCHW. The stride walk (2.3 us a call on the CPU
+    here) runs only where the layout is not plainly NCHW."""
+    def like(t: torch.Tensor) -> bool:  # an NCHW tensor that is not also channels_last-contiguous: no (0.3 us)
+        return (not t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)) and \
+            _strides_like_channels_last(t)
     return torch.channels_last if like(input) or like(weight) else torch.contiguous_format
 
 
