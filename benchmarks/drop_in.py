@@ -4,6 +4,8 @@ and train mode: outputs and gradients against the original, and time per step ag
 
     python benchmarks/drop_in.py [--shapes 200] [--batch 32] [--steps 20]
 
+The library runs what the pins say (for ResNet-50's shapes on a GPU: benchmarks/pin_model.py writes them).
+
 Timing: CUDA events around each step, after warm-up; medians of --steps steps, the two models interleaved
 (A B A B ...) so that drift hits both alike. Torch's defaults throughout (TF32 convolutions).
 """
@@ -21,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.functional import output_format
+from convtune.functional import default_precision, lookup, output_format
+from convtune.kernels import pins
 
 
 def layouts_check(n_shapes: int, seed: int) -> int:
@@ -62,17 +65,19 @@ def layouts_check(n_shapes: int, seed: int) -> int:
 
 
 def time_ms(fns: dict[str, object], steps: int, warmup: int = 3) -> dict[str, float]:
-    """Median ms per call of each fn, interleaved."""
+    """Median ms per call of each fn, interleaved, the order rotated every step (A B C, B C A, C A B, ...) so
+    that no fn always runs first or after the same neighbour."""
     for _ in range(warmup):
         for f in fns.values():
             f()
     torch.cuda.synchronize()
     got: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(steps):
-        for k, f in fns.items():
+    names = list(fns)
+    for i in range(steps):
+        for k in names[i % len(names):] + names[:i % len(names)]:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            f()
+            fns[k]()
             b.record()
             torch.cuda.synchronize()
             got[k].append(a.elapsed_time(b))
@@ -98,9 +103,9 @@ def conversion_cost(steps: int) -> None:
 
 
 def per_layer(ref: torch.nn.Module, x: torch.Tensor, steps: int) -> None:
-    """Each convolution of `ref` on the input it sees in an eval forward: convtune.conv2d and cuDNN (both TF32,
-    torch's default) against float64, and their times: the kernel's accuracy apart from a deep net's
-    amplification of rounding."""
+    """Each convolution of `ref` on the input it sees in an eval forward: convtune.conv2d (what the pins say:
+    convtune's kernel, or torch where a pin says torch) and cuDNN (both TF32, torch's default) against float64,
+    and their times: the library's accuracy apart from a deep net's amplification of rounding."""
     seen: dict[str, tuple[torch.nn.Conv2d, torch.Tensor]] = {}
     def keep(name: str) -> Any:
         def hook(m: torch.nn.Module, args: tuple[Any, ...]) -> None:  # None: the input goes on unchanged
@@ -122,14 +127,18 @@ def per_layer(ref: torch.nn.Module, x: torch.Tensor, steps: int) -> None:
             if key not in shapes:
                 shapes[key] = time_ms({"ours": lambda: convtune.conv2d(xi, m.weight, None, m.stride, m.padding),
                                        "cudnn": lambda: F.conv2d(xi, m.weight, None, m.stride, m.padding)}, steps)
-            rows.append((name, rel(ours), rel(theirs), shapes[key]["ours"], shapes[key]["cudnn"]))
-    print(f"per layer ({len(rows)} convolutions, {len(shapes)} distinct shapes), TF32, against float64:")
-    print(f"  worst rel L2: convtune {max(r[1] for r in rows):.3g}, cuDNN {max(r[2] for r in rows):.3g}")
-    print(f"  convtune faster than cuDNN on {sum(r[3] < r[4] for r in rows)} of {len(rows)} layers; "
-          f"sum of layer times: convtune {sum(r[3] for r in rows):.3f} ms, cuDNN {sum(r[4] for r in rows):.3f} ms")
-    for name, ours_err, cudnn_err, t_ours, t_cudnn in rows:
-        print(f"  {name:<22} rel L2 ours {ours_err:.2e} cuDNN {cudnn_err:.2e} · ms ours {t_ours:.4f} cuDNN "
-              f"{t_cudnn:.4f} ({t_cudnn / t_ours:.2f}x)")
+            value, _ = lookup(xi, m.weight, False, m.stride, m.padding, m.dilation, default_precision())
+            runs = "torch (pin)" if value == pins.TORCH else f"convtune {value.short()}"
+            rows.append((name, rel(ours), rel(theirs), shapes[key]["ours"], shapes[key]["cudnn"], runs))
+    print(f"per layer ({len(rows)} convolutions, {len(shapes)} distinct shapes), TF32, against float64; "
+          "'library' is convtune.conv2d, running what the pins say:")
+    print(f"  worst rel L2: library {max(r[1] for r in rows):.3g}, cuDNN {max(r[2] for r in rows):.3g}")
+    print(f"  the library runs convtune's kernel on {sum(not r[5].startswith('torch') for r in rows)} of {len(rows)} "
+          f"layers; faster than cuDNN on {sum(r[3] < r[4] for r in rows)}; sum of layer times: library "
+          f"{sum(r[3] for r in rows):.3f} ms, cuDNN {sum(r[4] for r in rows):.3f} ms")
+    for name, ours_err, cudnn_err, t_ours, t_cudnn, runs in rows:
+        print(f"  {name:<22} rel L2 library {ours_err:.2e} cuDNN {cudnn_err:.2e} · ms library {t_ours:.4f} cuDNN "
+              f"{t_cudnn:.4f} ({t_cudnn / t_ours:.2f}x) · {runs}")
 
 
 def resnet50(batch: int, steps: int) -> None:
@@ -138,6 +147,7 @@ def resnet50(batch: int, steps: int) -> None:
     torch.manual_seed(0)
     ref = torchvision.models.resnet50(weights=None).cuda().eval()
     ours = copy.deepcopy(ref)
+    twin = copy.deepcopy(ref)  # torch against itself: the timing noise between two identical models
     x = torch.randn(batch, 3, 224, 224, device="cuda")
     per_layer(ref, x, steps)
     with torch.no_grad():  # how far torch is from itself when only the rounding changes
@@ -149,9 +159,18 @@ def resnet50(batch: int, steps: int) -> None:
           f"argmax agree {(a.argmax(1) == b.argmax(1)).float().mean().item():.3f}")
     report = convtune.nn.convert(ours, example_input=x)
     print(report)
+    # the converted model with its one convtune layer (the stem) handed back to torch: what the module costs
+    # on the 52 layers pinned to torch, apart from the stem's own speed
+    mixed = copy.deepcopy(ours)
+    mixed.conv1.__class__ = torch.nn.Conv2d
+    # the stem alone, forward and the weight's gradient (its input needs none, as in the model)
+    stems = {"torch": copy.deepcopy(ref.conv1), "convtune": copy.deepcopy(ours.conv1)}
+    grad = torch.randn(batch, 64, 112, 112, device="cuda")
+    t = time_ms({k: (lambda m: lambda: m(x).backward(grad))(m) for k, m in stems.items()}, steps)
+    print(f"stem conv1 forward + weight gradient, median ms: torch {t['torch']:.4f}, convtune {t['convtune']:.4f}")
     for mode in ("eval", "train"):
-        getattr(ref, mode)()
-        getattr(ours, mode)()
+        for m in (ref, ours, twin, mixed):
+            getattr(m, mode)()
         if mode == "eval":
             with torch.no_grad():
                 a, b = ref(x), ours(x)
@@ -159,7 +178,8 @@ def resnet50(batch: int, steps: int) -> None:
             print(f"eval: output rel L2 diff {rel:.3g}, max|diff| {(a - b).abs().max().item():.3g}, "
                   f"argmax agree {(a.argmax(1) == b.argmax(1)).float().mean().item():.3f}")
             with torch.no_grad():
-                t = time_ms({"torch": lambda: ref(x), "convtune": lambda: ours(x)}, steps)
+                t = time_ms({"torch": lambda: ref(x), "torch twin": lambda: twin(x), "convtune": lambda: ours(x),
+                             "convtune, stem to torch": lambda: mixed(x)}, steps)
         else:
             target = torch.randint(0, 1000, (batch,), device="cuda")
             for m in (ref, ours):
@@ -175,16 +195,19 @@ def resnet50(batch: int, steps: int) -> None:
             base = max((((grads[n] - p.grad).norm() / p.grad.norm()).item(), n) for n, p in ref.named_parameters())
             print(f"train: worst parameter gradient rel L2 diff, convtune vs torch {worst[0]:.3g} ({worst[1]}); "
                   f"torch TF32 vs torch IEEE {base[0]:.3g} ({base[1]})")
-            opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in (("torch", ref), ("convtune", ours))}
+            opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3)
+                    for name, m in (("torch", ref), ("torch twin", twin), ("convtune", ours),
+                                    ("convtune, stem to torch", mixed))}
 
             def step(m: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(m(x), target).backward()
                 opt.step()
-            t = time_ms({"torch": lambda: step(ref, opts["torch"]), "convtune": lambda: step(ours, opts["convtune"])},
-                        steps)
-        print(f"{mode}: median ms per step (batch {batch}): torch {t['torch']:.3f}, convtune {t['convtune']:.3f}, "
-              f"convtune/torch {t['convtune'] / t['torch']:.3f}")
+            models = {"torch": ref, "torch twin": twin, "convtune": ours, "convtune, stem to torch": mixed}
+            t = time_ms({k: (lambda m, o: lambda: step(m, o))(m, opts[k]) for k, m in models.items()}, steps)
+        print(f"{mode}: median ms per step (batch {batch}, {steps} steps, order rotated): "
+              + ", ".join(f"{k} {v:.3f} ({v / t['torch']:.3f}x)" for k, v in t.items())
+              + " · 'torch twin' is an identical copy of torch's model: its ratio is the noise")
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""Host overhead of the library call on a pinned shape: convtune.conv2d vs the launcher vs a bare launch.
+"""Host overhead of the library call on a pinned shape: convtune.conv2d vs the launcher vs a bare launch; and,
+where a pin says torch, convtune.conv2d and convtune.nn.Conv2d against torch's own F.conv2d and nn.Conv2d.
 
     python benchmarks/overhead.py      (GPU; the problem is tiny so the GPU work is negligible)
 
@@ -6,7 +7,9 @@ Each variant is called back to back many times with one synchronize at the end, 
 the host-side cost (the GPU queue never drains for so small a kernel).
 """
 
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import convtune  # noqa: E402
 from convtune.kernels import implicit_gemm as ig  # noqa: E402
+from convtune import functional  # noqa: E402
+from convtune.kernels import pins  # noqa: E402
 from convtune.kernels.common import Meta, prepare  # noqa: E402
+from convtune.problem import ConvProblem  # noqa: E402
 
 N_CALLS = 3000
 
@@ -68,6 +74,24 @@ def main() -> None:
           f"min over 5 repeats of {N_CALLS} calls")
     for name, us in rows:
         print(f"{name:22s} {us:7.2f} us/call   (+{us - rows[0][1]:.2f} us over the bare launch)")
+
+    # the same shape pinned to torch (a temporary pins file): what convtune adds over calling torch directly
+    key = pins.pin_key(ConvProblem("", 1, 4, 16, 16, 16, 3, 3, padding=(1, 1)).key(), functional.default_precision())
+    with tempfile.TemporaryDirectory() as d:
+        pins.write_pin(Path(d) / "pins.yaml", torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
+        os.environ[pins.ENV_VAR] = str(Path(d) / "pins.yaml")
+        functional.forget_choices()
+        ours, theirs = convtune.nn.Conv2d(4, 16, 3, padding=1).cuda(), torch.nn.Conv2d(4, 16, 3, padding=1).cuda()
+        with torch.no_grad():
+            pinned = [(name, per_call_us(fn)) for name, fn in (
+                ("torch F.conv2d", lambda: torch.nn.functional.conv2d(x, w, b, 1, 1)),
+                ("convtune.conv2d", lambda: convtune.conv2d(x, w, b, stride=1, padding=1)),
+                ("torch.nn.Conv2d", lambda: theirs(x)), ("convtune.nn.Conv2d", lambda: ours(x)))]
+        del os.environ[pins.ENV_VAR]
+        functional.forget_choices()
+    print("pinned to torch (no grad):")
+    for (name, us), base in zip(pinned, (None, pinned[0][1], None, pinned[2][1])):
+        print(f"{name:22s} {us:7.2f} us/call" + (f"   (+{us - base:.2f} us over torch's own)" if base else ""))
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@
 import pytest
 
 from convtune.kernels import Meta
+from convtune.kernels.pins import TORCH
 from convtune.tune.contest import Contender, bootstrap_ratio, decide
 
 PIN, A, B = Meta(128, 128, 16, 4, 6), Meta(64, 128, 32, 4, 3), Meta(128, 64, 32, 8, 3)
 
 
-def c(meta, role, rounds=(), logged=None, correct=True):
-    return Contender(meta, role, run_id=None, logged_ms=logged, correct=correct, rounds_ms=list(rounds))
+def c(meta, role, rounds=(), logged=None, correct=True, idle=()):
+    return Contender(meta, role, run_id=None, logged_ms=logged, correct=correct, rounds_ms=list(rounds),
+                     idle_ms=list(idle))
 
 
 def test_nobody_correct_means_no_decision():
@@ -24,7 +26,7 @@ def test_the_pin_stays_when_it_is_the_fastest():
 
 def test_a_pin_that_is_no_longer_correct_is_replaced_whatever_the_gain():
     d = decide([c(PIN, "pin", correct=False, logged=0.1), c(A, "candidate", [1.0, 1.0])], 0.02, 0.95)
-    assert d.promote and d.winner.meta == A and d.reason == "the current pin is no longer correct"
+    assert d.promote and d.winner.meta == A and d.reason == "the current pin fails the correctness check"
 
 
 def test_a_default_without_measurement_cannot_be_beaten_by_logged_numbers_alone():
@@ -59,3 +61,32 @@ def test_logged_numbers_alone_decide_by_the_point_estimate():
 def test_bootstrap_bounds_bracket_the_median_ratio():
     med, lo, hi = bootstrap_ratio([1.1, 1.2, 1.0, 1.3, 1.15], [1.0] * 5, 0.9)
     assert lo <= med <= hi and med == pytest.approx(1.15) and lo >= 1.0 and hi <= 1.3
+
+
+FAST_GPU = [0.17, 0.17, 0.18, 0.17]  # our stem on GPU time (H200, batch 32) ...
+SLOW_GPU = [0.32, 0.31, 0.32, 0.32]  # ... and cuDNN's
+
+
+def test_torch_takes_the_key_where_the_kernel_wins_on_gpu_time_but_loses_once_the_host_is_counted():
+    d = decide([c(PIN, "default", FAST_GPU, idle=[0.40] * 4), c(TORCH, "torch", SLOW_GPU, idle=[0.34] * 4)], 0.02, 0.95)
+    assert d.promote and d.winner.meta == TORCH and d.reason.startswith("torch is 17.6 % faster from an idle GPU")
+    assert "on GPU time alone: the current default is the fastest contender" in d.reason
+
+
+def test_the_kernel_keeps_the_key_where_it_wins_both_ways_or_torch_is_not_min_gain_faster_from_idle():
+    for idle in ([0.30] * 4, [0.345] * 4):  # faster from idle too; or slower by 1.5 % < min_gain
+        d = decide([c(PIN, "default", FAST_GPU, idle=idle), c(TORCH, "torch", SLOW_GPU, idle=[0.34] * 4)], 0.02, 0.95)
+        assert not d.promote and d.winner.meta == PIN, d.reason
+
+
+def test_a_kernel_replaces_a_torch_pin_only_if_it_also_wins_from_an_idle_gpu():
+    pinned = c(TORCH, "pin", SLOW_GPU, idle=[0.34] * 4)
+    d = decide([pinned, c(A, "candidate", FAST_GPU, idle=[0.337] * 4)], 0.02, 0.95)  # 0.9 % faster from idle
+    assert not d.promote and d.winner is pinned and d.reason.startswith("the current pin (torch) stays: the kernel is not 2 %")
+    d = decide([c(TORCH, "pin", SLOW_GPU, idle=[0.34] * 4), c(A, "candidate", FAST_GPU, idle=[0.30] * 4)], 0.02, 0.95)
+    assert d.promote and d.winner.meta == A
+
+
+def test_without_idle_timings_only_gpu_time_decides():  # the interpreter, or logged numbers
+    d = decide([c(PIN, "default", FAST_GPU), c(TORCH, "torch", SLOW_GPU)], 0.02, 0.95)
+    assert not d.promote and d.winner.meta == PIN

@@ -104,3 +104,18 @@ def test_convert_with_an_example_input_leaves_the_models_state_as_it_was():
     after = net.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # running mean/var, num_batches_tracked
     assert [m.training for m in net] == [True, True, False]
+
+
+def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_layers():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=2), torch.nn.Conv2d(8, 4, 1, stride=2))
+    model.train()
+    found = convtune.nn.problems(model, torch.rand(2, 3, 10, 12))
+    assert {k: layers for k, (_, layers) in found.items()} == {
+        "n2-c3-h10-w12-k8-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32": ["0"],
+        "n2-c8-h10-w12-k8-r3x3-s1x1-p1x1-d1x1-g1-nobias-nchw-float32": ["2", "3"],  # one problem, two layers
+        "n2-c8-h10-w12-k4-r1x1-s2x2-p0x0-d1x1-g1-bias-nchw-float32": ["5"],  # groups=2 (layer 4) is left out
+    }
+    p, _ = found["n2-c8-h10-w12-k4-r1x1-s2x2-p0x0-d1x1-g1-bias-nchw-float32"]
+    assert (p.name, p.out_h, p.out_w, p.init) == ("5", 5, 6, "randn") and model.training  # modes restored

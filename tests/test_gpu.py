@@ -70,3 +70,31 @@ def test_occupancy_tables_match_this_devices_properties():
     got = sm_limits(torch.device("cuda"))
     assert (got.regs_per_sm, got.max_warps_per_sm, got.smem_per_sm) == (table.regs_per_sm, table.max_warps_per_sm,
                                                                        table.smem_per_sm)
+
+
+def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
+    """A pin that names torch: the drop-in's output and gradients are torch's own, and convert's report says so."""
+    import torch.nn.functional as F
+
+    import convtune
+    from convtune import functional
+    from convtune.kernels import pins
+    from convtune.problem import ConvProblem
+
+    layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
+    x = torch.rand(2, 3, 19, 17, device="cuda")
+    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), functional.default_precision())
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    y = layer(x.requires_grad_())
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0"  # torch's autograd node, not convtune's operator
+    torch.testing.assert_close(y, F.conv2d(x, layer.weight, layer.bias, (2, 1), (2, 1)), rtol=0, atol=0)
+    assert layer._torch_for is not None  # the module's shortcut: the next call of this signature goes to torch directly
+    torch.testing.assert_close(layer(x), y, rtol=0, atol=0)
+    functional.forget_choices()
+    assert layer._torch_for[3] != functional.pins_generation  # pins re-read: the shortcut no longer applies
+    report = convtune.nn.convert(torch.nn.Sequential(layer), x.detach())
+    assert report[0].runs.startswith("torch: pinned, faster on this GPU (pin "), report
+    functional.forget_choices()

@@ -154,6 +154,78 @@ def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
     functional.forget_choices()
 
 
+def test_a_torch_pin_is_read_written_and_found_as_the_nearest_pin(tmp_path):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "G", "implicit_gemm", KEY, pins.TORCH, {"run_id": None})
+    entry = pins.load(f)["pins"]["G"]["implicit_gemm"][KEY]
+    assert entry == {"backend": "torch", "provenance": {"run_id": None}}
+    default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
+    assert pins.lookup(pins.load(f), "G", "implicit_gemm", KEY, default) == (pins.TORCH, f"pin G / implicit_gemm / {KEY}")
+    value, src = pins.lookup(pins.load(f), "G", "implicit_gemm", KEY.replace("n2-", "n8-"), default)
+    assert value == pins.TORCH and src.startswith("nearest pin")  # another batch of the same geometry
+    # replacing it is a compare-and-swap like any pin: expecting a configuration where torch is pinned fails
+    with pytest.raises(pins.PinChanged, match=r"M16-N16-K16-w4-s1 → torch"):
+        pins.write_pin(f, "G", "implicit_gemm", KEY, Meta(32, 32, 32, 4, 2), {}, expect=Meta(16, 16, 16, 4, 1))
+    pins.write_pin(f, "G", "implicit_gemm", KEY, Meta(32, 32, 32, 4, 2), {}, expect=pins.TORCH)
+    assert pins.load(f)["pins"]["G"]["implicit_gemm"][KEY]["meta"] == Meta(32, 32, 32, 4, 2).as_dict()
+
+
+def test_a_run_for_a_key_pinned_to_torch_measures_the_kernels_default(tmp_path):
+    from convtune.kernels import configured, configured_meta, get_variant
+    from convtune.problem import ConvProblem
+
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "G", "implicit_gemm", KEY, pins.TORCH, {})
+    p, v = ConvProblem("tiny", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)), get_variant("implicit_gemm")
+    assert configured(v, f, "G", p, "tf32")[0] == pins.TORCH  # what the library runs
+    meta, source = configured_meta(v, f, "G", p, "tf32")  # what a sweep's run measures
+    assert meta == v.default_meta(20, 1, 17, "tf32") and source == f"implicit_gemm default (pin G / implicit_gemm / {KEY} runs torch)"
+
+
+@pytest.mark.parametrize("entry", [{"backend": "cudnn"}, {"backend": "torch", "meta": Meta(32, 32, 32, 4, 2).as_dict()}])
+def test_a_pin_naming_another_backend_or_both_is_refused(tmp_path, entry):
+    f = tmp_path / "pins.yaml"
+    f.write_text(yaml.safe_dump({"pins": {"G": {"implicit_gemm": {KEY: entry}}}}))
+    with pytest.raises(pins.PinsError, match=r"'backend' may only be 'torch'.*and then without 'meta'"):
+        pins.load(f)
+
+
+def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, caplog):
+    """ieee, so torch's CPU convolution is what torch itself computes: the output is bitwise F.conv2d's with the
+    torch pin, and our kernel's (equal within 1e-5, not bitwise) without it."""
+    f = tmp_path / "pins.yaml"
+    ieee_key = KEY.replace("/tf32", "/ieee")
+    pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key, pins.TORCH, {})
+    x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
+    expected = F.conv2d(x, w, b, (2, 1), (2, 1))
+    functional.forget_choices()
+    ours = convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee")
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(ours, expected)  # so the bitwise equality below tells the two paths apart
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        assert torch.equal(convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"), expected)
+    assert f"torch from pin interpreter / implicit_gemm / {ieee_key}" in caplog.text
+    # gradients are torch's own (no convtune operator in the graph)
+    xg = x.clone().requires_grad_()
+    y = convtune.conv2d(xg, w, b, stride=(2, 1), padding=(2, 1), precision="ieee")
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
+    functional.forget_choices()
+
+
+def test_under_torch_compile_the_pin_is_read_when_the_call_runs(tmp_path, monkeypatch):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY.replace("/tf32", "/ieee"), pins.TORCH, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
+    compiled = torch.compile(lambda x: convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"),
+                             fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), F.conv2d(x, w, b, (2, 1), (2, 1)))
+    functional.forget_choices()
+
+
 def test_an_in_place_weight_update_is_seen_by_the_next_call():
     functional.forget_choices()
     x, w = torch.rand(1, 3, 12, 16), torch.rand(8, 3, 3, 5)  # stride 2 on an even width: a packed weight

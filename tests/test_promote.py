@@ -199,3 +199,24 @@ def test_the_previous_pin_in_the_provenance_names_the_run_it_came_from(capsys, s
     assert promote_here(capsys, store, pins_file, "promote.remeasure=false")[0] == 0
     prov = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]["provenance"]
     assert prov["previous"] == {"meta": Meta(64, 64, 32, 4, 2).as_dict(), "source": "pin", "run_id": first}
+
+
+def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins_file):
+    """ieee on the interpreter: torch's CPU convolution is exactly what torch computes there, and far faster than an
+    interpreted kernel, so it wins against the kernel's default; the next promote keeps it."""
+    ieee_key = KEY.replace("/tf32", "/ieee")
+    status, out = promote_here(capsys, store, pins_file, "precision=ieee")
+    assert status == 0, out
+    assert re.search(r"^\| torch \(winner\) \| torch\.nn\.functional\.conv2d \(cuDNN on a GPU\) \|", out, re.M), out
+    assert "decision: PROMOTE" in out and "the library now runs torch's convolution" in out
+    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][ieee_key]
+    assert entry["backend"] == "torch" and "meta" not in entry
+    assert entry["provenance"]["previous"]["source"] == "kernel default" and entry["provenance"]["gain"] > 0.02
+    assert entry["provenance"]["run_id"] is None  # torch's timing is the contest's own, not a run's
+    before = pins_file.read_text()
+    status, out = promote_here(capsys, store, pins_file, "precision=ieee")
+    assert status == 0 and "decision: KEEP: the current pin is the fastest contender" in out, out
+    assert re.search(r"^\| pin \| torch\.nn\.functional\.conv2d", out, re.M) and pins_file.read_text() == before
+    # without torch in the contest, a pin can never become torch
+    status, out = promote_here(capsys, store, pins_file.parent / "other.yaml", "precision=ieee", "promote.torch=false")
+    assert status == 0 and "torch.nn.functional" not in out and "decision: KEEP" in out

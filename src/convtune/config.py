@@ -94,6 +94,7 @@ class TrackingConfig:
 @dataclass
 class PromoteConfig:
     top_k: int = 3  # candidates re-measured against the current pin
+    torch: bool = True  # torch's own convolution (cuDNN) at the same precision contends too; if it wins, the pin says torch
     min_gain: float = 0.02  # the brief: keep the pin unless the gain is at least 1–2 %
     confidence: float = 0.95  # the bootstrap lower bound of the speed ratio must clear 1 + min_gain
     rounds: int = 15  # interleaved rounds (A B C A B C ...)

@@ -1,24 +1,28 @@
-"""`convtune.conv2d`: the library call. Runs the fast kernel with the configuration pinned for this GPU,
-problem and precision; never autotunes. A lookup happens once per call signature and is then cached."""
+"""`convtune.conv2d`: the library call. Runs what the pin for this GPU, problem and precision says: convtune's
+kernel with the pinned configuration, or torch's own convolution where torch won the contest for that key
+(pins.TORCH). Never autotunes. A lookup happens once per call signature and is then cached."""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
-from convtune.errors import UnsupportedProblem
-from convtune.kernels import configured_meta, get_variant, pins
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import configured, get_variant, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels.common import Meta, prepare
 from convtune.problem import ConvProblem
 
 LIBRARY_KERNEL = "implicit_gemm"
 log = logging.getLogger(__name__)
-_plans: dict[tuple[Any, ...], Any] = {}
+_plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, or pins.TORCH
+_torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
+pins_generation = 0  # bumped by forget_choices: callers that cache a decision compare it
 _F32 = torch.float32
+_allow_tf32 = torch_conv.cudnn_allows_tf32
 
 
 def device_key(t: torch.Tensor) -> str:
@@ -29,11 +33,6 @@ def device_key(t: torch.Tensor) -> str:
         return "interpreter"
     raise UnsupportedProblem(f"convtune.conv2d runs on CUDA tensors (got {t.device}); on the CPU use "
                              "torch.nn.functional.conv2d, or set TRITON_INTERPRET=1 before importing convtune")
-
-
-# torch.backends.cudnn.allow_tf32 goes through a context-property object (1.3 us a read on this machine);
-# the C getter behind it costs ~0.1 us. Fall back to the public flag if a torch build lacks the getter.
-_allow_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
 
 
 def default_precision() -> str:
@@ -47,32 +46,56 @@ def _traced_default_precision() -> str:
     return default_precision()
 
 
-def choose_meta(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: tuple[int, int],
-                padding: tuple[int, int], dilation: tuple[int, int], precision: str) -> Meta:
-    return lookup(x, weight, has_bias, stride, padding, dilation, precision)[0]
-
-
 def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-           precision: str) -> tuple[Meta, str]:
-    """The configuration the library runs for this call, and where it comes from (pin, nearest pin, default)."""
+           precision: str) -> tuple[Union[Meta, str], str]:
+    """What the library runs for this call (a Meta for convtune's kernel, or pins.TORCH) and where that comes
+    from (pin, nearest pin, default)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias)
     path = pins.default_path()
-    meta, source = configured_meta(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision)
-    log.debug("convtune.conv2d %s/%s: %s from %s (%s)", p.key(), precision, meta.short(), source, path)
-    return meta, source
+    value, source = configured(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision)
+    log.debug("convtune.conv2d %s/%s: %s from %s (%s)", p.key(), precision, pins.describe(value), source, path)
+    return value, source
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, precision: str) -> ig.LaunchPlan:
-    """The first call of a signature: every check, the pin lookup, the launch plan."""
+          dilation: Any, groups: int, precision: str) -> Union[ig.LaunchPlan, str]:
+    """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH)."""
     if isinstance(padding, str):
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     g, _ = prepare(x, weight, bias, stride, padding, dilation, None, groups)
-    meta = choose_meta(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision)
-    return ig.make_plan(g, bias is not None, ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision), meta, precision)
+    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision)
+    if value == pins.TORCH:
+        return pins.TORCH
+    return ig.make_plan(g, bias is not None, ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision), value,
+                        precision)
+
+
+def pinned_to_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
+                    padding: Any, dilation: Any, precision: str, groups: int = 1) -> bool:
+    """Whether the pin for this call says torch, decided once per signature (any layout: torch's convolution
+    takes them all natively). A call the kernel cannot take answers False, and the kernel's path then raises
+    its precise error."""
+    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
+           groups, precision, input.get_device(), input.dtype, weight.dtype, None if bias is None else bias.dtype)
+    hit = _torch_pinned_cache.get(key)
+    if hit is None:
+        hit = _torch_pinned_cache[key] = _looks_up_torch(input, weight, bias, stride, padding, dilation, groups,
+                                                         precision)
+    return hit
+
+
+def _looks_up_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
+                    padding: Any, dilation: Any, groups: int, precision: str) -> bool:
+    if groups != 1 or isinstance(padding, str) or input.dim() != 4 or weight.dim() != 4 or any(
+            t is not None and t.dtype is not _F32 for t in (input, weight, bias)):
+        return False
+    try:
+        return lookup(input, weight, bias is not None, stride, padding, dilation, precision)[0] == pins.TORCH
+    except (ConfigError, UnsupportedProblem):  # not a problem the kernel takes: its own path says why
+        return False
 
 
 def _hashable(v: Any) -> Any:
@@ -87,9 +110,11 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision)
-    elif not (input.is_contiguous() and weight.is_contiguous() and input.dtype is _F32 and weight.dtype is _F32
-              and weight.get_device() == key[8]
-              and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == key[8]))):
+    if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
+        return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
+    if not (input.is_contiguous() and weight.is_contiguous() and input.dtype is _F32 and weight.dtype is _F32
+            and weight.get_device() == key[8]
+            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == key[8]))):
         prepare(input, weight, bias, stride, padding, dilation, None, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=input.device, dtype=torch.float32)
     ig.run(plan, input, weight, bias, out)
@@ -173,12 +198,17 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     Any layout is taken: the kernel reads NCHW, so a channels_last or otherwise strided input or weight is
     copied to NCHW first (its cost: benchmarks/drop_in.py), and the output follows torch's rule
     (output_format). The first call of a signature (shapes, strides, padding, precision, device, input
-    alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only."""
-    precision = precision or (_traced_default_precision() if torch.compiler.is_compiling() else default_precision())
+    alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
+    Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
+    torch.compile inside the operator, as the pin is read when the call runs)."""
+    compiling = torch.compiler.is_compiling()
+    precision = precision or (_traced_default_precision() if compiling else default_precision())
+    if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups):
+        return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     fmt = output_format(input, weight)
     input, weight = input.contiguous(), weight.contiguous()  # no copy when already NCHW
     bias = None if bias is None else bias.contiguous()
-    needs_op = torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+    needs_op = compiling or (torch.is_grad_enabled() and (
         input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)))
     if not needs_op:
         out = _run(input, weight, bias, stride, padding, dilation, groups, precision)
@@ -190,5 +220,8 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
 
 def forget_choices() -> None:
-    """Drop cached plans (after the pins file changed in this process)."""
+    """Drop cached plans and pin decisions (after the pins file changed in this process)."""
+    global pins_generation
     _plans.clear()
+    _torch_pinned_cache.clear()
+    pins_generation += 1

@@ -1,5 +1,6 @@
 """`convtune.nn.Conv2d`: a drop-in for torch.nn.Conv2d (same constructor, parameters and state_dict) that runs
-convtune's pinned Triton kernel on the CUDA tensors it supports and torch's own convolution elsewhere;
+what the pins say on the CUDA tensors the kernel supports (convtune's Triton kernel with the pinned
+configuration, or torch's convolution where a pin says torch won) and torch's own convolution elsewhere;
 `convtune.nn.convert(model)` swaps a model's convolutions in place and reports what each will run."""
 
 from __future__ import annotations
@@ -10,33 +11,62 @@ from typing import Any, Optional
 import torch
 
 from convtune.errors import UnsupportedProblem
+from convtune import functional
 from convtune.functional import conv2d, default_precision, lookup
+from convtune.kernels.pins import TORCH
+from convtune.problem import ConvProblem
 
 
 class Conv2d(torch.nn.Conv2d):
+    # The last input signature the pins sent to torch: the next call with it goes straight to torch's
+    # convolution: a layer pinned to torch then costs 1.3 us a call over torch.nn.Conv2d, against 6.0 us through
+    # convtune.conv2d (H200, benchmarks/overhead.py).
+    # Torch's convolution is right for any call, so an entry gone stale (a layer attribute changed) can only
+    # cost speed, never correctness.
+    _torch_for: Any = None
+
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
-        """Why this layer runs torch's convolution (for the input `x`, if given); None when it runs ours."""
-        if self.groups != 1:
-            return f"groups={self.groups} (the kernel takes groups=1)"
-        if self.padding_mode != "zeros":
-            return f"padding_mode={self.padding_mode!r} (the kernel pads with zeros)"
-        if isinstance(self.padding, str):
-            return f"padding={self.padding!r} (the kernel takes numbers)"
-        if self.weight.dtype != torch.float32:
-            return f"weight is {self.weight.dtype} (the kernel takes float32)"
-        if x is not None:
-            if not x.is_cuda:
-                return f"input on {x.device} (the kernel runs on CUDA tensors)"
-            if x.dtype != torch.float32:
-                return f"input is {x.dtype} (the kernel takes float32)"
-            if x.dim() != 4:
-                return f"{x.dim()}-d input (the kernel takes a batch, N×C×H×W)"
-        return None
+        """Why this layer runs torch's convolution (for the input `x`, if given); None when it may run ours
+        (what it runs then is up to the pins: convtune.conv2d)."""
+        why = _why_layer(self)
+        if why is None and x is not None:
+            why = f"input on {x.device} (the kernel runs on CUDA tensors)" if not x.is_cuda else _why_input(x)
+        return why
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # traced: no per-instance state; the operator reads the pin at run time
+            return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
+                if self.why_torch(x) is None else super().forward(x)
+        sig = (x.shape, x.dtype, x.device, functional.pins_generation, functional._allow_tf32())
+        if sig == self._torch_for:
+            return self._conv_forward(x, self.weight, self.bias)
         if self.why_torch(x) is None:
-            return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+            precision = default_precision()
+            if not functional.pinned_to_torch(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                                              precision):
+                return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, precision=precision)
+            self._torch_for = sig
         return super().forward(x)
+
+
+def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
+    if m.groups != 1:
+        return f"groups={m.groups} (the kernel takes groups=1)"
+    if m.padding_mode != "zeros":
+        return f"padding_mode={m.padding_mode!r} (the kernel pads with zeros)"
+    if isinstance(m.padding, str):
+        return f"padding={m.padding!r} (the kernel takes numbers)"
+    if m.weight.dtype != torch.float32:
+        return f"weight is {m.weight.dtype} (the kernel takes float32)"
+    return None
+
+
+def _why_input(x: torch.Tensor) -> Optional[str]:
+    if x.dtype != torch.float32:
+        return f"input is {x.dtype} (the kernel takes float32)"
+    if x.dim() != 4:
+        return f"{x.dim()}-d input (the kernel takes a batch, N×C×H×W)"
+    return None
 
 
 @dataclass
@@ -64,7 +94,8 @@ def convert(model: torch.nn.Module, example_input: Any = None) -> Report:
     """Make every torch.nn.Conv2d of `model` a convtune.nn.Conv2d, in place (parameters, buffers and hooks
     stay as they are; subclasses of nn.Conv2d are left alone). Returns the report: per convolution, whether
     it runs convtune's kernel (and, given `example_input` to run the model once without gradients, the
-    configuration for that input's shape and where it comes from) or torch's convolution, and why. The example
+    configuration for that input's shape and where it comes from) or torch's convolution, and why (the kernel
+    cannot take it, or a pin says torch is faster for that shape). The example
     forward runs in eval mode and leaves the model as it was (running statistics, train/eval flags)."""
     swapped = []
     for name, module in model.named_modules():
@@ -72,26 +103,51 @@ def convert(model: torch.nn.Module, example_input: Any = None) -> Report:
             module.__class__ = Conv2d  # a subclass with no state of its own: nothing else to move
         if isinstance(module, Conv2d):
             swapped.append((name, module))
-    seen: dict[str, torch.Tensor] = {}
-    if example_input is not None:
-        def keep(name: str) -> Any:
-            def hook(m: torch.nn.Module, args: tuple[Any, ...]) -> None:  # None: the input goes on unchanged
-                seen.setdefault(name, args[0])
-            return hook
-        hooks = [m.register_forward_pre_hook(keep(name)) for name, m in swapped]
-        modes = {m: m.training for m in model.modules()}
-        try:
-            # eval mode: a train-mode forward moves BatchNorm's running statistics (on the H200 a converted
-            # ResNet-50 then gave other outputs, rel L2 0.94); no_grad: nothing for autograd to keep
-            model.eval()
-            with torch.no_grad():
-                model(example_input)
-        finally:
-            for h in hooks:
-                h.remove()
-            for m, training in modes.items():
-                m.training = training
+    seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     return Report(Swap(name, repr(m), _runs(m, seen.get(name), example_input is not None)) for name, m in swapped)
+
+
+def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[ConvProblem, list[str]]]:
+    """The distinct convolutions `model` runs on `example_input` that convtune's kernel can take, by problem
+    key, each with the layers that run it: what to promote (`python promote.py problem.batch=...`) so that the
+    pins cover the model. Any device: nothing but the model's own forward runs (in eval mode, restored after)."""
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    seen = _inputs_seen(model, example_input, layers)
+    found: dict[str, tuple[ConvProblem, list[str]]] = {}
+    for name, m in layers:
+        x = seen.get(name)
+        if x is None or _why_layer(m) or _why_input(x):
+            continue
+        n, c, h, w = x.shape
+        k, _, kh, kw = m.weight.shape
+        p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
+                        m.bias is not None, init="randn")
+        found.setdefault(p.key(), (p, []))[1].append(name)
+    return found
+
+
+def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[str, torch.nn.Module]]) -> dict[str, torch.Tensor]:
+    """The input each of `layers` gets in one forward of `example_input`, run without gradients in eval mode
+    (a train-mode forward moves BatchNorm's running statistics: on the H200 a converted ResNet-50 then gave
+    other outputs, rel L2 0.94); the model's train/eval flags are restored."""
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Any:
+        def hook(m: torch.nn.Module, args: tuple[Any, ...]) -> None:  # None: the input goes on unchanged
+            seen.setdefault(name, args[0])
+        return hook
+    hooks = [m.register_forward_pre_hook(keep(name)) for name, m in layers]
+    modes = {m: m.training for m in model.modules()}
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(example_input)
+    finally:
+        for h in hooks:
+            h.remove()
+        for m, training in modes.items():
+            m.training = training
+    return seen
 
 
 def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> str:
@@ -101,7 +157,9 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> str:
     if x is None:
         return "not called by the example input" if ran else "convtune (configuration per input shape: pins)"
     try:
-        meta, source = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
+        value, source = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
     except UnsupportedProblem as e:
         return f"torch: {e}"
-    return f"convtune implicit_gemm {meta.short()} ({source})"
+    if value == TORCH:
+        return f"torch: pinned, faster on this GPU ({source})"
+    return f"convtune implicit_gemm {value.short()} ({source})"

@@ -35,12 +35,23 @@ VARIANTS: dict[str, KernelVariant] = {
 }
 
 
-def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
-    """The configuration a run or call uses: the pin for (gpu, variant, problem, precision), else the
-    nearest pinned shape of the same geometry, else the variant's default for the problem's class.
-    `problem` is a convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (meta, source)."""
+def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[pins.Pinned, str]:
+    """What the library runs for a call: the pin for (gpu, variant, problem, precision), else the nearest
+    pinned shape of the same geometry, else the variant's default for the problem's class. A pin may say
+    pins.TORCH (torch's convolution won the contest for that key). `problem` is a convtune.problem.ConvProblem
+    (key(), out_channels, stride, width). Returns (Meta or pins.TORCH, source)."""
     return pins.lookup(pins.load(pins_file), gpu, variant.name, pins.pin_key(problem.key(), precision),
                        lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision))
+
+
+def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
+    """The kernel configuration a run measures: as `configured`, but where the pin says torch, the variant's
+    default (a run measures convtune's kernel; the source says the library would run torch)."""
+    value, source = configured(variant, pins_file, gpu, problem, precision)
+    if isinstance(value, Meta):
+        return value, source
+    return (variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision),
+            f"{variant.name} default ({source} runs torch)")
 
 
 def get_variant(name: str) -> KernelVariant:
@@ -50,5 +61,5 @@ def get_variant(name: str) -> KernelVariant:
         raise ConfigError("kernel.name", name, f"one of {sorted(VARIANTS)}") from None
 
 
-__all__ = ["KernelVariant", "Launched", "Meta", "VARIANTS", "configured_meta", "get_variant", "validate_meta",
+__all__ = ["KernelVariant", "Launched", "Meta", "VARIANTS", "configured", "configured_meta", "get_variant", "validate_meta",
            "validate_precision"]

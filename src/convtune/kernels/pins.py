@@ -1,7 +1,8 @@
 """Pinned launch configurations: data in the package (pins.yaml), read by the library, written by promote.
 
 Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") →
-{meta: {BLOCK_M, ...}, provenance: {...}}. Writes take a file lock, re-read the file under it, change one
+{meta: {BLOCK_M, ...}, provenance: {...}}, or {backend: torch, provenance: {...}} where torch's own convolution
+(cuDNN on a GPU) won the contest for that key: the library then runs torch for it. Writes take a file lock, re-read the file under it, change one
 entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
 and two promotes at once both land. A file that does not parse is refused and never overwritten.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import yaml
 from filelock import FileLock
@@ -28,6 +29,8 @@ HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only wi
 # is refused. A file without the header (written by hand) is taken as it is.
 END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
+TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
+Pinned = Union[Meta, str]  # a Meta (convtune's kernel with this configuration) or TORCH
 
 
 class PinsError(ValueError):
@@ -77,6 +80,11 @@ def load(path: Path) -> dict[str, Any]:
                 raise PinsError(f"pins file {path}: pins / {gpu} / {kernel} must map problem keys to pins")
             for key, entry in (entries or {}).items():
                 where = f"pins file {path}: entry {gpu} / {kernel} / {key}"
+                if isinstance(entry, dict) and "backend" in entry:
+                    if entry["backend"] != TORCH or "meta" in entry:
+                        raise PinsError(f"{where}: 'backend' may only be {TORCH!r} (torch's convolution runs), "
+                                        f"and then without 'meta'; got backend={entry['backend']!r}")
+                    continue
                 try:
                     validate_meta(Meta(**entry["meta"]))
                 except (TypeError, KeyError) as e:
@@ -92,25 +100,37 @@ def entries(data: dict[str, Any], gpu: str, kernel: str) -> dict[str, Any]:
     return ((data.get("pins") or {}).get(gpu) or {}).get(kernel) or {}
 
 
-def write_pin(path: Path, gpu: str, kernel: str, key: str, meta: Meta, provenance: dict[str, Any],
-              expect: Any = UNCHECKED) -> tuple[str, str]:
-    """Set one pin, leaving every other entry untouched. Returns the file's text before and after.
+def pinned(entry: dict[str, Any]) -> Pinned:
+    """What one (loaded, so valid) entry runs: its Meta, or TORCH."""
+    return TORCH if entry.get("backend") == TORCH else Meta(**entry["meta"])
 
-    `expect`: the Meta the caller found pinned for this key when it decided (None: no pin). If another writer
-    has changed that pin since, nothing is written and PinChanged says what is pinned now: the caller's
-    decision was made against a pin that is gone."""
+
+def describe(value: Union[Pinned, None]) -> str:
+    """A pin's value in a message: the short configuration, 'torch' or 'none'."""
+    return "none" if value is None else (TORCH if value == TORCH else value.short())  # type: ignore[union-attr]
+
+
+def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, provenance: dict[str, Any],
+              expect: Any = UNCHECKED) -> tuple[str, str]:
+    """Set one pin (a Meta, or TORCH), leaving every other entry untouched. Returns the file's text before and
+    after.
+
+    `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
+    another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
+    caller's decision was made against a pin that is gone."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
         data = load(path)  # refuses a broken file before anything is written
         now = entries(data, gpu, kernel).get(key)
-        now_meta = Meta(**now["meta"]) if now else None
-        if expect is not UNCHECKED and now_meta != expect:
+        now_value = pinned(now) if now else None
+        if expect is not UNCHECKED and now_value != expect:
             by = f" by run {now['provenance'].get('run_id')}" if now and now.get("provenance") else ""
             raise PinChanged(f"pins file {path}: the pin for {gpu} / {kernel} / {key} changed while this ran "
-                             f"({expect.short() if expect else 'none'} → {now_meta.short() if now_meta else 'none'}"
-                             f"{by}); nothing written: run promote again to contest the pin now in place")
-        data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {"meta": meta.as_dict(), "provenance": provenance}
+                             f"({describe(expect)} → {describe(now_value)}{by}); nothing written: run promote "
+                             "again to contest the pin now in place")
+        body = {"backend": TORCH} if value == TORCH else {"meta": value.as_dict()}  # type: ignore[union-attr]
+        data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {**body, "provenance": provenance}
         after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
@@ -140,16 +160,16 @@ def _geometry(key: str) -> tuple[str, int]:
 
 
 def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
-           default: Callable[[], Meta]) -> tuple[Meta, str]:
-    """The pinned Meta for this exact key; else the nearest pinned shape with the same kernel geometry
-    (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in batch·H·W);
-    else the kernel's default. Returns (meta, where it came from)."""
-    pinned = entries(data, gpu, kernel)
-    if key in pinned:
-        return Meta(**pinned[key]["meta"]), f"pin {gpu} / {kernel} / {key}"
+           default: Callable[[], Meta]) -> tuple[Pinned, str]:
+    """What is pinned for this exact key (a Meta, or TORCH); else for the nearest pinned shape with the same
+    kernel geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in
+    batch·H·W); else the kernel's default. Returns (value, where it came from)."""
+    pins = entries(data, gpu, kernel)
+    if key in pins:
+        return pinned(pins[key]), f"pin {gpu} / {kernel} / {key}"
     geometry, size = _geometry(key)
-    near = [(abs(s - size), k) for k in pinned for g, s in [_geometry(k)] if g == geometry]
+    near = [(abs(s - size), k) for k in pins for g, s in [_geometry(k)] if g == geometry]
     if near:
         k = min(near)[1]
-        return Meta(**pinned[k]["meta"]), f"nearest pin {gpu} / {kernel} / {k}"
+        return pinned(pins[k]), f"nearest pin {gpu} / {kernel} / {k}"
     return default(), f"{kernel} default (no pin for {gpu})"

@@ -1,7 +1,9 @@
 """`python promote.py`: pin the true winner for a problem, or keep the current pin and say why.
 
 Candidates are FINISHED, correct (`status=ok`) runs for the same problem key, kernel variant, kernel source
-hash, precision and device name; the current pin (or the kernel's default) is always in the contest.
+hash, precision and device name; the current pin (or the kernel's default) is always in the contest, and so is
+torch's own convolution at the same precision unless promote.torch=false. A pin may therefore say `torch`: the
+library then runs torch's convolution for that key, so a shape our kernel loses on is never slower than torch.
 The top-k candidates and the pin are re-checked and re-timed head to head (convtune.tune.contest); only a gain
 of at least promote.min_gain whose bootstrap lower bound also clears it is written, with its provenance.
 """
@@ -41,7 +43,7 @@ class Contest:
     """What promote weighs: the pin (this key's own, or the default) and the best candidates."""
     gpu: str
     key: str
-    pin_meta: Any
+    pin_meta: Any  # a Meta, or pins.TORCH
     pinned: bool  # False: the pin is the kernel's default
     pin_run_id: Optional[str]  # the run the pin was promoted from, as its provenance says
     runs: list[RunView]
@@ -101,7 +103,7 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
     # would fall back on: a pin is written for this key only.
     current = pins.entries(pins.load(setup.pins_path), gpu, variant.name).get(key)
-    pin_meta = Meta(**current["meta"]) if current else variant.default_meta(
+    pin_meta = pins.pinned(current) if current else variant.default_meta(
         problem.out_channels, problem.stride[1], problem.width, setup.precision)
     runs = candidate_runs(tracker, identity)
     stale = [r for r in runs if identity.is_stale(r)]
@@ -120,6 +122,10 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     contenders = [Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
                             pin_run and pin_run.latency_ms)]
     contenders += [Contender(m, "candidate", r.run_id, r.latency_ms) for m, r in ranked if m != pin_meta][: p.top_k]
+    if p.torch and pin_meta != pins.TORCH:
+        # logged: the runs' cuDNN baseline in the key's layout (NCHW), timed with cudnn.benchmark on as the contest does
+        logged = [v for r in runs if (v := r.metric(Metric.CUDNN_NCHW_MS)) is not None]
+        contenders.append(Contender(pins.TORCH, "torch", None, min(logged) if logged else None))
     return Contest(gpu, key, pin_meta, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
                    runs, contenders)
 
@@ -133,9 +139,11 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
         "run_id": w.run_id, "experiment": setup.experiment(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
-        "previous": {"meta": c.pin_meta.as_dict(), "source": "pin" if c.pinned else "kernel default",
+        "previous": {**({"backend": pins.TORCH} if c.pin_meta == pins.TORCH else {"meta": c.pin_meta.as_dict()}),
+                     "source": "pin" if c.pinned else "kernel default",
                      **({"run_id": c.pin_run_id} if c.pinned else {})},
-        "gain": round(decision.gain, 4), "ratio_lower_bound": round(decision.ratio_lo, 4),
+        # None where the pin was replaced for being wrong: there is no ratio to a wrong answer
+        "gain": _rounded(decision.gain), "ratio_lower_bound": _rounded(decision.ratio_lo),
         "torch_version": here[Tag.TORCH_VERSION], "triton_version": here[Tag.TRITON_VERSION],
         "kernel_source_hash": setup.variant.source_hash,
     }
@@ -143,10 +151,15 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
     before, after = pins.write_pin(path, c.gpu, setup.variant.name, c.key, w.meta, provenance,
                                    expect=c.pin_meta if c.pinned else None)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
-    print(f"\npins file {path}:\n{diff}")
+    runs = "torch's convolution" if w.meta == pins.TORCH else "convtune's kernel"
+    print(f"\npins file {path} (the library now runs {runs} for {c.key}):\n{diff}")
     if w.run_id:
         tracker.log(w.run_id, tags={Tag.PROMOTED: "true"})
     return diff
+
+
+def _rounded(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 4)
 
 
 def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, report: str, diff: str,

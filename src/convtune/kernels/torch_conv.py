@@ -1,0 +1,31 @@
+"""torch's own convolution (cuDNN on a GPU) as one more way to run a problem: what the library runs where a pin
+says `torch`, and the torch contender in promote's contest. Same precision as convtune's: TF32 exactly where
+the convtune precision means torch's TF32 setting (kernels.precision.torch_uses_tf32)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from convtune.kernels.precision import torch_uses_tf32
+
+# torch.backends.cudnn.allow_tf32 goes through a context-property object (1.3 us a read on this machine);
+# the C getter behind it costs ~0.1 us. Fall back to the public flag if a torch build lacks the getter.
+cudnn_allows_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
+
+
+def conv2d(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: Any, padding: Any, dilation: Any,
+           precision: str) -> torch.Tensor:
+    """torch.nn.functional.conv2d at `precision`. torch's own settings (benchmark, deterministic) stay as the
+    user set them; only allow_tf32 is switched, for this call, where it disagrees with `precision`."""
+    tf32 = torch_uses_tf32(precision)
+    if tf32 == cudnn_allows_tf32():
+        return F.conv2d(x, w, b, stride, padding, dilation)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        return F.conv2d(x, w, b, stride, padding, dilation)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
