@@ -22,7 +22,6 @@ _plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, or pins.
 _torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
 pins_generation = 0  # bumped by forget_choices: callers that cache a decision compare it
 _F32 = torch.float32
-_allow_tf32 = torch_conv.cudnn_allows_tf32
 
 
 def device_key(t: torch.Tensor) -> str:
@@ -37,7 +36,7 @@ def device_key(t: torch.Tensor) -> str:
 
 def default_precision() -> str:
     """As torch does for fp32 convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off."""
-    return "tf32" if _allow_tf32() else "ieee"
+    return "tf32" if torch_conv.cudnn_allows_tf32() else "ieee"
 
 
 @torch.compiler.assume_constant_result
@@ -205,6 +204,14 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     precision = precision or (_traced_default_precision() if compiling else default_precision())
     if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups):
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
+    return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
+
+
+def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
+                  padding: Any, dilation: Any, groups: int, precision: str) -> torch.Tensor:
+    """conv2d once the pin has been found not to say torch in eager mode (or under torch.compile, where the
+    operator reads it): convtune's kernel, through the operator where autograd or compile needs it."""
+    compiling = torch.compiler.is_compiling()
     fmt = output_format(input, weight)
     input, weight = input.contiguous(), weight.contiguous()  # no copy when already NCHW
     bias = None if bias is None else bias.contiguous()

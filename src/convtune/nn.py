@@ -20,7 +20,7 @@ from convtune.problem import ConvProblem
 class Conv2d(torch.nn.Conv2d):
     # The last input signature the pins sent to torch: the next call with it goes straight to torch's
     # convolution: a layer pinned to torch then costs 1.3 us a call over torch.nn.Conv2d, against 6.0 us through
-    # convtune.conv2d (H200, benchmarks/overhead.py).
+    # convtune.conv2d (H200, benchmarks/overhead.py, at db9fdcb).
     # Torch's convolution is right for any call, so an entry gone stale (a layer attribute changed) can only
     # cost speed, never correctness.
     _torch_for: Any = None
@@ -37,14 +37,15 @@ class Conv2d(torch.nn.Conv2d):
         if torch.compiler.is_compiling():  # traced: no per-instance state; the operator reads the pin at run time
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
                 if self.why_torch(x) is None else super().forward(x)
-        sig = (x.shape, x.dtype, x.device, functional.pins_generation, functional._allow_tf32())
+        precision = default_precision()
+        sig = (x.shape, x.dtype, x.device, functional.pins_generation, precision)
         if sig == self._torch_for:
             return self._conv_forward(x, self.weight, self.bias)
         if self.why_torch(x) is None:
-            precision = default_precision()
             if not functional.pinned_to_torch(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                                              precision):
-                return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, precision=precision)
+                                              precision):  # looked up once: the kernel's path below skips it
+                return functional.kernel_conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                                                1, precision)
             self._torch_for = sig
         return super().forward(x)
 

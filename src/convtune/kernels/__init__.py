@@ -41,7 +41,7 @@ def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, 
     pins.TORCH (torch's convolution won the contest for that key). `problem` is a convtune.problem.ConvProblem
     (key(), out_channels, stride, width). Returns (Meta or pins.TORCH, source)."""
     return pins.lookup(pins.load(pins_file), gpu, variant.name, pins.pin_key(problem.key(), precision),
-                       lambda: variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision))
+                       lambda: _default(variant, problem, precision))
 
 
 def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
@@ -50,8 +50,11 @@ def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: 
     value, source = configured(variant, pins_file, gpu, problem, precision)
     if isinstance(value, Meta):
         return value, source
-    return (variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision),
-            f"{variant.name} default ({source} runs torch)")
+    return _default(variant, problem, precision), f"{variant.name} default ({source} runs torch)"
+
+
+def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
+    return variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision)
 
 
 def get_variant(name: str) -> KernelVariant:
