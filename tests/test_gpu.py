@@ -98,3 +98,13 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     report = convtune.nn.convert(torch.nn.Sequential(layer), x.detach())
     assert report[0].runs.startswith("torch: pinned, faster on this GPU (pin "), report
     functional.forget_choices()
+
+
+def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change():
+    """tests/gpu_scripts/bound_launch.py, compiled (no interpreter): bitwise equal to the full launch path on 24
+    random shapes; right after an in-place weight update, new weight storage, a new padding, an unaligned input;
+    gradients equal to torch's."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "tests/gpu_scripts/bound_launch.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -120,13 +120,91 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     return out
 
 
+class Bound:
+    """One layer's call signature with everything decided: the plan, its checked binary and the launch bound to
+    it (ig.bind). A call goes through it only if `matches` says the call is the one it was made for: the same
+    input shape, float32, NCHW-contiguous, on the same device with the same alignment, the same weight and bias
+    tensors on the same storage, the same precision and pins. Anything else takes the full path. Gradients go
+    through _EagerConv, the same backward as the operator's."""
+
+    __slots__ = ("shape", "device", "align", "weight", "weight_ptr", "bias", "precision", "generation", "geometry",
+                 "out_shape", "pad_w", "vec", "round_weight", "launch_bound")
+
+    def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], geometry: tuple[Any, ...],
+                 precision: str, plan: ig.LaunchPlan, launch_bound: ig.BoundLaunch) -> None:
+        self.shape, self.device, self.align = x.shape, x.get_device(), x.data_ptr() & 15
+        self.weight, self.weight_ptr, self.bias = weight, weight.data_ptr(), bias
+        self.precision, self.generation, self.geometry = precision, pins_generation, geometry
+        self.out_shape, self.pad_w, self.vec, self.round_weight = plan.out_shape, plan.pad_w, plan.vec, plan.round_weight
+        self.launch_bound = launch_bound
+
+    def matches(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> bool:
+        return (x.shape == self.shape and x.dtype is _F32 and x.is_contiguous() and x.get_device() == self.device
+                and x.data_ptr() & 15 == self.align and weight is self.weight and weight.data_ptr() == self.weight_ptr
+                and bias is self.bias and precision == self.precision and pins_generation == self.generation)
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """conv2d for a call that `matches`."""
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                        (bias is not None and bias.requires_grad)):
+            return _EagerConv.apply(x, weight, bias, *self.geometry, self.precision, self)
+        return self.launch(x, weight, bias)
+
+    def launch(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        out = x.new_empty(self.out_shape)
+        self.launch_bound(x, ig.packed_weight(weight, self.pad_w, self.vec, self.round_weight),
+                          bias if bias is not None else x, out)
+        return out
+
+
+def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+         dilation: Any, precision: str) -> Optional[Bound]:
+    """A Bound for this call, whose pin says convtune's kernel (the caller has checked), or None where the call
+    cannot have one (off CUDA, a layout other than NCHW-contiguous, a Triton without a bindable runner). Every
+    check of the full path runs here, once."""
+    if not (input.is_cuda and input.is_contiguous() and weight.is_contiguous()
+            and (bias is None or bias.is_contiguous())):
+        return None
+    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
+           1, precision, input.get_device(), input.data_ptr() & 15)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, 1, precision)
+    prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
+    if plan is pins.TORCH:
+        return None
+    launch_bound = ig.bind(plan, input, weight, bias)
+    if launch_bound is None:
+        return None
+    return Bound(input, weight, bias, (_pair(stride), _pair(padding), _pair(dilation)), precision, plan, launch_bound)
+
+
+class _EagerConv(torch.autograd.Function):
+    """The kernel with gradients in eager mode: torch.autograd.Function's dispatch costs less host time than the
+    custom operator's, which torch.compile needs (it traces the operator; eager calls with gradients come here).
+    The backward is the operator's."""
+
+    @staticmethod
+    def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+                padding: list[int], dilation: list[int], precision: str, bound: Optional[Bound]) -> torch.Tensor:
+        ctx.save_for_backward(input, weight)
+        ctx.has_bias, ctx.geometry = bias is not None, (stride, padding, dilation)
+        if bound is not None:
+            return bound.launch(input, weight, bias)
+        return _run(input, weight, bias, stride, padding, dilation, 1, precision)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        return _backward(ctx, grad) + (None,)
+
+
 def _pair(v: Any) -> list[int]:
     return [v, v] if isinstance(v, int) else [int(i) for i in v]
 
 
-# The operator torch sees: autograd and torch.compile go through it (the fake implementation gives compile
-# the output's shape without running the kernel). Eager calls that need no gradient skip the dispatcher and
-# run the kernel directly, so inference pays nothing for it.
+# The operator torch.compile sees and traces (the fake implementation gives compile the output's shape without
+# running the kernel), with its autograd for compiled backward graphs. Eager calls skip the dispatcher: those
+# that need no gradient run the kernel directly, the others go through _EagerConv (same backward).
 @torch.library.custom_op("convtune::conv2d", mutates_args=())
 def _conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
                padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
@@ -222,7 +300,9 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     else:
         if groups != 1 or isinstance(padding, str):
             _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
-        out = _conv2d_op(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), precision)
+        geometry = (_pair(stride), _pair(padding), _pair(dilation))
+        out = _conv2d_op(input, weight, bias, *geometry, precision) if compiling else \
+            _EagerConv.apply(input, weight, bias, *geometry, precision, None)
     return out if fmt is torch.contiguous_format else out.contiguous(memory_format=fmt)
 
 

@@ -24,6 +24,14 @@ class Conv2d(torch.nn.Conv2d):
     # Torch's convolution is right for any call, so an entry gone stale (a layer attribute changed) can only
     # cost speed, never correctness.
     _torch_for: Any = None
+    # The last signature that runs our kernel, bound (functional.Bound): a call that matches it launches the
+    # bound binary directly, skipping the pin lookup, the plan cache and Triton's argument binding.
+    _bound: Optional[functional.Bound] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in ("_bound", "_torch_for"):  # stride, padding, groups, ... changed: decide again
+            self.__dict__.pop("_bound", None)
+        super().__setattr__(name, value)
 
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
         """Why this layer runs torch's convolution (for the input `x`, if given); None when it may run ours
@@ -38,14 +46,20 @@ class Conv2d(torch.nn.Conv2d):
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
                 if self.why_torch(x) is None else super().forward(x)
         precision = default_precision()
+        weight, bias, bound = self.weight, self.bias, self._bound
+        if bound is not None and bound.matches(x, weight, bias, precision):
+            return bound(x, weight, bias)
         sig = (x.shape, x.dtype, x.device, functional.pins_generation, precision)
         if sig == self._torch_for:
-            return self._conv_forward(x, self.weight, self.bias)
+            return self._conv_forward(x, weight, bias)
         if self.why_torch(x) is None:
-            if not functional.pinned_to_torch(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                                              precision):  # looked up once: the kernel's path below skips it
-                return functional.kernel_conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                                                1, precision)
+            if not functional.pinned_to_torch(x, weight, bias, self.stride, self.padding, self.dilation, precision):
+                bound = self._bound = functional.bind(x, weight, bias, self.stride, self.padding, self.dilation,
+                                                      precision)
+                if bound is not None:
+                    return bound(x, weight, bias)
+                return functional.kernel_conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1,
+                                                precision)
             self._torch_for = sig
         return super().forward(x)
 

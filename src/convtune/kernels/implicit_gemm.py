@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 import triton
@@ -120,20 +120,22 @@ def pack_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool = F
 
 # Packed weights, per weight tensor (by identity, checked through a weak reference) and its version counter,
 # so an in-place update (an optimiser step) repacks and a steady-state call packs nothing.
-_packed: dict[int, tuple[Any, tuple[int, int, int, bool], torch.Tensor]] = {}
+_packed: dict[int, tuple[Any, tuple[int, int, int, int, bool], torch.Tensor]] = {}
 
 
 def packed_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) -> torch.Tensor:
     if vec == 1 and not round_tf32:
         return weight
+    # the data pointer too: `param.data = other` (as Module.to does) keeps the tensor and its version counter
+    state = (weight._version, weight.data_ptr(), pad_w, vec, round_tf32)
     hit = _packed.get(id(weight))
-    if hit is not None and hit[0]() is weight and hit[1] == (weight._version, pad_w, vec, round_tf32):
+    if hit is not None and hit[0]() is weight and hit[1] == state:
         return hit[2]
     if len(_packed) > 64:  # drop entries whose weight is gone
         for k in [k for k, v in _packed.items() if v[0]() is None]:
             del _packed[k]
     packed = pack_weight(weight, pad_w, vec, round_tf32)[0]
-    _packed[id(weight)] = (weakref.ref(weight), (weight._version, pad_w, vec, round_tf32), packed)
+    _packed[id(weight)] = (weakref.ref(weight), state, packed)
     return packed
 
 
@@ -172,11 +174,46 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     b = bias if bias is not None else x
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT="none"), "none"
-    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out),
-                            lambda: f"implicit_gemm {plan.constexprs}")
+    level = _level(plan, x, weight, w, bias, out)
     with llvm_opt.compiling_at(level):
         return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT=level), level
+
+
+def _level(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
+           out: torch.Tensor) -> str:
+    """The LLVM level of this plan's binary for these tensors' alignment (checked once, see llvm_opt)."""
+    b = bias if bias is not None else x
+    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
+    return llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out),
+                           lambda: f"implicit_gemm {plan.constexprs}")
+
+
+BoundLaunch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def bind(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[BoundLaunch]:
+    """The plan's launch with its binary, grid and constexprs bound: `launch(x, packed_weight, bias or x, out)`
+    for tensors aligned as these (and an output from torch's allocator). It skips Triton's per-call binding of
+    26 arguments, its specialisation key and cache lookup (JITFunction.run), which took more host time than
+    torch's whole convolution call inside a ResNet-50 forward (docs/evidence/h200_issue11_pins.txt §9). Launch
+    hooks (profilers) still run: Triton's runner reads them on every call. Compiles and checks the binary as
+    `run` does if no call has yet. None off CUDA, under the interpreter, and where this Triton's compiled kernel has no runner."""
+    if x.device.type != "cuda" or not isinstance(_conv2d_igemm_kernel, triton.runtime.JITFunction):  # interpreter
+        return None
+    w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
+    out = x.new_empty((1,) + plan.out_shape[1:])  # stands for the real output: same allocator, same alignment
+    level = _level(plan, x, weight, w, bias, out)
+    with llvm_opt.compiling_at(level):
+        compiled = _conv2d_igemm_kernel.warmup(x, w, bias if bias is not None else x, out, **plan.constexprs,
+                                               LLVM_OPT=level, grid=plan.grid)
+    if not hasattr(type(compiled), "__getitem__"):
+        return None
+    runner = compiled[(plan.grid[0], plan.grid[1], 1)]
+    tail = tuple(level if n == "LLVM_OPT" else plan.constexprs[n] for n in _conv2d_igemm_kernel.arg_names[4:])
+
+    def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        runner(x, w, b, out, *tail)
+    return launch
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor,

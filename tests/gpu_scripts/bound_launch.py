@@ -1,0 +1,65 @@
+"""GPU check of convtune.nn.Conv2d's bound launch (functional.Bound), run by tests/test_gpu.py in a subprocess
+without the interpreter. Prints 'ok' at the end; any failure raises."""
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+import convtune
+from convtune.kernels import implicit_gemm as ig
+
+torch.backends.cudnn.allow_tf32 = False  # ieee: our kernel and cuDNN agree to 1e-4
+random.seed(1)
+
+# 1. On random shapes, the bound launch gives bitwise what the full launch path gives (the same binary).
+for i in range(24):
+    n, c, k = random.randint(1, 4), random.randint(1, 9), random.randint(1, 150)
+    kh, kw = random.randint(1, 11), random.randint(1, 11)
+    s, p = (random.randint(1, 4), random.randint(1, 4)), (random.randint(0, 3), random.randint(0, 3))
+    h, w = random.randint(kh, 60), random.randint(kw, 60)
+    layer = convtune.nn.Conv2d(c, k, (kh, kw), s, p, bias=bool(i % 2)).cuda()
+    x = torch.rand(n, c, h, w, device="cuda")
+    with torch.no_grad():
+        first = layer(x)
+        assert layer._bound is not None, i
+        bound = layer(x)
+    meta, _ = convtune.functional.lookup(x, layer.weight, layer.bias is not None, s, p, 1, "ieee")
+    full = ig.launch(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach(), s, p, 1, meta,
+                     "ieee").out
+    assert torch.equal(bound, full) and torch.equal(first, full), (i, (bound - full).abs().max().item())
+
+# 2. What changes a call: an in-place weight update, a new attribute, an unaligned input, gradients.
+layer = convtune.nn.Conv2d(3, 16, 5, stride=2, padding=2).cuda()
+x = torch.randn(4, 3, 33, 32, device="cuda")
+
+
+def ref(t, **kw):
+    return F.conv2d(t, layer.weight, layer.bias, kw.get("stride", layer.stride), kw.get("padding", layer.padding))
+
+
+with torch.no_grad():
+    torch.testing.assert_close(layer(x), ref(x), rtol=1e-4, atol=1e-4)
+    bound = layer._bound
+    layer.weight.mul_(-2)  # a new version: repacked
+    torch.testing.assert_close(layer(x), ref(x), rtol=1e-4, atol=1e-4)
+    assert layer._bound is bound
+    layer.weight.data = layer.weight.data.clone() + 1  # new storage, same tensor: bound again
+    torch.testing.assert_close(layer(x), ref(x), rtol=1e-4, atol=1e-4)
+    assert layer._bound is not bound
+    layer.padding = (1, 0)  # an attribute: the bound call is dropped
+    assert layer._bound is None
+    torch.testing.assert_close(layer(x), ref(x), rtol=1e-4, atol=1e-4)
+    odd = torch.randn(4 * 3 * 33 * 32 + 1, device="cuda")[1:].view(4, 3, 33, 32)  # 4-byte aligned only
+    torch.testing.assert_close(layer(odd), ref(odd), rtol=1e-4, atol=1e-4)
+    assert layer._bound.align == odd.data_ptr() & 15
+xg = x.clone().requires_grad_()
+y = layer(xg)
+assert type(y.grad_fn).__name__ == "_EagerConvBackward", type(y.grad_fn)
+g = torch.randn_like(y)
+gx, gw, gb = torch.autograd.grad(y, (xg, layer.weight, layer.bias), g)
+xr = x.clone().requires_grad_()
+rx, rw, rb = torch.autograd.grad(ref(xr), (xr, layer.weight, layer.bias), g)
+for a, b in ((gx, rx), (gw, rw), (gb, rb)):
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+print("ok")
