@@ -42,6 +42,7 @@ class Tag:
     TRITON_VERSION = "triton_version"
     HOST = "host"  # the machine and process that recorded the run (track.store reaps runs of dead processes)
     PROCESS = "process"  # pid:start ticks
+    GPU_SLOT = "gpu_slot"  # the CUDA_VISIBLE_DEVICES the gpus launcher gave the job's process
     GIT_COMMIT = "git_commit"
     GIT_DIRTY = "git_dirty"
     META_SOURCE = "meta_source"  # explicit | pin | pin (nearest ...) | default

@@ -186,6 +186,31 @@ def _finalize(state: SweepState, status: str) -> str:
     return table
 
 
+def close_lost_job(state: SweepState, pid: int, started_at: float, number: int, overrides: list[str],
+                   slot: Optional[str], status: str, error_type: str, message: str) -> str:
+    """Record a job whose process ended without closing its run (gpus launcher: a timeout, a crash, an
+    interrupt): its RUNNING run is closed with `status` and the reason; a job that died before making its run
+    gets one, named by its overrides, so that nothing of the sweep goes missing. Returns the run's id."""
+    tracker = Tracker(state.tracking_uri)
+    mine = [r for r in tracker.children(state.parent_run_id) if r["tags"].get(Tag.PROCESS, "").startswith(f"{pid}:")
+            and r["start_time"] >= 1000 * started_at - 1000]  # not an earlier job's run under a reused pid
+    tags = {Tag.STATUS: status, Tag.ERROR_TYPE: error_type, Tag.ERROR_MESSAGE: message}
+    with interrupts.deferred():
+        for r in mine:
+            if r["status"] == "RUNNING":
+                tracker.log(r["run_id"], tags=tags)
+                tracker.end(r["run_id"], Status.mlflow(status))
+                return str(r["run_id"])
+        if mine:  # the job closed its own run before its process ended
+            return str(mine[0]["run_id"])
+        name = " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") in state.varied) or f"job {number}"
+        run_id = tracker.start_run(state.experiment_id, name, {**tags, Tag.OVERRIDES: " ".join(overrides),
+                                                               **({Tag.GPU_SLOT: slot} if slot is not None else {})},
+                                   parent_id=state.parent_run_id)
+        tracker.end(run_id, Status.mlflow(status))
+    return run_id
+
+
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

@@ -1,0 +1,40 @@
+"""One sweep job in a process of its own, started by the gpus launcher (convtune.gpu_pool):
+
+    python -m convtune.job_process <job.pkl> <result.json>
+
+job.pkl holds what Hydra's basic launcher hands to `run_job` for one job (the Hydra context, the task
+function and the job's composed config), pickled by the launcher with cloudpickle. The job runs exactly as
+under the basic launcher; its return value goes to result.json. The process ends with the job: a hang, a
+crash or a sticky CUDA error takes no other job with it, and the next job starts in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from convtune import interrupts
+
+interrupts.install()  # first: the job's run is closed KILLED on SIGINT/SIGTERM from here on
+
+
+def main() -> None:
+    import cloudpickle
+    from hydra import version
+    from hydra.core.utils import configure_log, run_job, setup_globals
+
+    job_file, result_file = Path(sys.argv[1]), Path(sys.argv[2])
+    job = cloudpickle.loads(job_file.read_bytes())
+    version.setbase(job["version_base"])  # as the sweep's @hydra.main set it (the working-directory rule)
+    config = job["config"]
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    ret = run_job(hydra_context=job["hydra_context"], task_function=job["task_function"], config=config,
+                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    value = ret.return_value  # raises what the task raised: the launcher reads the traceback from the log
+    result_file.write_text(json.dumps({"return_value": value if isinstance(value, (int, float)) else None}))
+
+
+if __name__ == "__main__":
+    interrupts.main_then_exit(main)

@@ -1,0 +1,83 @@
+"""`hydra/launcher=gpus` (convtune.gpu_pool): one process per job, one job per GPU slot at a time, and a job
+that hangs or dies becomes a FAILED run with the reason while the sweep goes on. On the CPU the slots are
+given explicitly (hydra.launcher.gpus=[0,1]): each job's process still gets its CUDA_VISIBLE_DEVICES, and runs
+on the interpreter. Real subprocesses and a real SQLite store; hangs come from convtune.interrupts' pause
+points (a job waits there for a signal), and a crash is a SIGKILL the test sends once the job is paused."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+
+GPUS = ("hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "problem=tiny", "bench=fast")
+
+
+def children(store):
+    c = MlflowClient(store)
+    exp = c.get_experiment_by_name("tiny [interpreter]")
+    runs = c.search_runs([exp.experiment_id]) if exp is not None else []
+    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parent, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def test_jobs_spread_over_the_slots_one_process_each_and_every_run_is_kept(run_cli, store):
+    r = run_cli("-m", *GPUS, "num_warps=2,4", "BLOCK_M=32,64")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Launching 4 jobs, one process each, on 2 GPU(s) (0, 1)" in r.stdout + r.stderr
+    (parent,), runs = children(store)
+    assert len(runs) == 4 and all(run.data.tags["status"] == "ok" for run in runs)
+    assert {run.data.tags["gpu_slot"] for run in runs} == {"0", "1"}
+    assert len({run.data.tags["process"] for run in runs}) == 4  # a fresh process per job
+    assert parent.data.tags["summary_rows"] == "4" and parent.info.status == "FINISHED"
+    assert r.stdout.count(" ok (interpreter)") == 4  # each job's own line, printed when it ends
+
+
+def test_a_job_that_hangs_is_killed_at_the_timeout_and_recorded_failed(run_cli, store, tmp_path):
+    # every job waits at its pause point (up to 120 s) for a signal that never comes: a hang
+    env = {"CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(tmp_path / "paused")}
+    r = run_cli("-m", *GPUS, "hydra.launcher.gpus=[0]", "hydra.launcher.timeout_s=3", "num_warps=2,4", env_extra=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (parent,), runs = children(store)
+    assert len(runs) == 2 and parent.data.tags["summary_rows"] == "2" and parent.info.status == "FINISHED"
+    for run in runs:
+        assert run.info.status == "FAILED" and run.data.tags["status"] == "failed"
+        assert run.data.tags["error.type"] == "Timeout"
+        assert run.data.tags["error.message"] == ("no result after 3 s on GPU slot 0: the job's processes were "
+                                                  "killed (hydra.launcher.timeout_s)")
+    assert r.stdout.count("→ failed: Timeout: no result after 3 s") == 2
+
+
+def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_path, store):
+    marker = tmp_path / "paused"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
+    cmd = [sys.executable, "run.py", "-m", *GPUS, "hydra.launcher.gpus=[0]", "num_warps=2,4", f"tracking.uri={store}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"pins_file={tmp_path / 'pins.yaml'}"]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = []
+    try:
+        for _ in range(2):  # each job in turn: wait until it is paused with its run open, then kill it outright
+            deadline = time.monotonic() + 300
+            while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:
+                time.sleep(0.05)
+            assert marker.exists(), "a job never reached its pause point"
+            marker.unlink()
+            _, runs = children(store)
+            (open_run,) = [run for run in runs if run.info.status == "RUNNING"]
+            os.kill(int(open_run.data.tags["process"].split(":")[0]), signal.SIGKILL)
+            killed.append(open_run.info.run_id)
+        out, _ = sweep.communicate(timeout=300)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, out[-3000:]
+    (parent,), runs = children(store)
+    assert sorted(run.info.run_id for run in runs) == sorted(killed)  # the runs the jobs made, closed
+    for run in runs:
+        assert run.info.status == "FAILED" and run.data.tags["error.type"] == "ProcessDied"
+        assert run.data.tags["error.message"].startswith("the job's process on GPU slot 0 died of SIGKILL")
+    assert parent.data.tags["summary_rows"] == "2" and parent.info.status == "FINISHED"
