@@ -81,3 +81,27 @@ def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_p
         assert run.info.status == "FAILED" and run.data.tags["error.type"] == "ProcessDied"
         assert run.data.tags["error.message"].startswith("the job's process on GPU slot 0 died of SIGKILL")
     assert parent.data.tags["summary_rows"] == "2" and parent.info.status == "FINISHED"
+
+
+def test_ctrl_c_stops_the_running_jobs_and_every_open_run_is_closed_killed(tmp_path, store):
+    marker = tmp_path / "paused"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
+    cmd = [sys.executable, "run.py", "-m", *GPUS, "num_warps=2,4,8", f"tracking.uri={store}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"pins_file={tmp_path / 'pins.yaml'}"]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "no job reached its pause point"
+        sweep.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher (its jobs run in sessions of their own)
+        out, _ = sweep.communicate(timeout=300)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 130, out[-3000:]
+    (parent,), runs = children(store)
+    assert parent.info.status == "KILLED"
+    assert runs and all(run.info.status == "KILLED" and run.data.tags["status"] == "killed" for run in runs), \
+        [(run.info.status, run.data.tags.get("error.message")) for run in runs]
+    assert len(runs) <= 2  # the jobs that had started: the third configuration never ran
