@@ -25,6 +25,23 @@ def children(store):
     return parent, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 
 
+def start_paused_sweep(tmp_path, store, *args):
+    """A gpus-launcher sweep whose every job waits at its pause point, with its run open, for a signal."""
+    marker = tmp_path / "paused"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
+    cmd = [sys.executable, "run.py", "-m", *GPUS, *args, f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+           f"pins_file={tmp_path / 'pins.yaml'}"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), marker
+
+
+def wait_paused(sweep, marker):
+    deadline = time.monotonic() + 300
+    while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), "no job reached its pause point"
+    marker.unlink()
+
+
 def test_jobs_spread_over_the_slots_one_process_each_and_every_run_is_kept(run_cli, store):
     r = run_cli("-m", *GPUS, "num_warps=2,4", "BLOCK_M=32,64")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -53,19 +70,11 @@ def test_a_job_that_hangs_is_killed_at_the_timeout_and_recorded_failed(run_cli, 
 
 
 def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_path, store):
-    marker = tmp_path / "paused"
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
-    cmd = [sys.executable, "run.py", "-m", *GPUS, "hydra.launcher.gpus=[0]", "num_warps=2,4", f"tracking.uri={store}",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"pins_file={tmp_path / 'pins.yaml'}"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep, marker = start_paused_sweep(tmp_path, store, "hydra.launcher.gpus=[0]", "num_warps=2,4")
     killed = []
     try:
         for _ in range(2):  # each job in turn: wait until it is paused with its run open, then kill it outright
-            deadline = time.monotonic() + 300
-            while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:
-                time.sleep(0.05)
-            assert marker.exists(), "a job never reached its pause point"
-            marker.unlink()
+            wait_paused(sweep, marker)
             _, runs = children(store)
             (open_run,) = [run for run in runs if run.info.status == "RUNNING"]
             os.kill(int(open_run.data.tags["process"].split(":")[0]), signal.SIGKILL)
@@ -84,16 +93,9 @@ def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_p
 
 
 def test_ctrl_c_stops_the_running_jobs_and_every_open_run_is_closed_killed(tmp_path, store):
-    marker = tmp_path / "paused"
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
-    cmd = [sys.executable, "run.py", "-m", *GPUS, "num_warps=2,4,8", f"tracking.uri={store}",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"pins_file={tmp_path / 'pins.yaml'}"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep, marker = start_paused_sweep(tmp_path, store, "num_warps=2,4,8")
     try:
-        deadline = time.monotonic() + 300
-        while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:
-            time.sleep(0.05)
-        assert marker.exists(), "no job reached its pause point"
+        wait_paused(sweep, marker)
         sweep.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher (its jobs run in sessions of their own)
         out, _ = sweep.communicate(timeout=300)
     finally:
