@@ -4,12 +4,14 @@ given explicitly (hydra.launcher.gpus=[0,1]): each job's process still gets its 
 on the interpreter. Real subprocesses and a real SQLite store; hangs come from convtune.interrupts' pause
 points (a job waits there for a signal), and a crash is a SIGKILL the test sends once the job is paused."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
@@ -25,13 +27,21 @@ def children(store):
     return parent, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 
 
-def start_paused_sweep(tmp_path, store, *args):
-    """A gpus-launcher sweep whose every job waits at its pause point, with its run open, for a signal."""
+@contextlib.contextmanager
+def paused_sweep(tmp_path, store, *args):
+    """A gpus-launcher sweep whose every job waits at its pause point, with its run open, for a signal; yields
+    (the sweep's process, the pause marker) and never leaves the process behind."""
     marker = tmp_path / "paused"
     env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
     cmd = [sys.executable, "run.py", "-m", *GPUS, *args, f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
            f"pins_file={tmp_path / 'pins.yaml'}"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), marker
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield sweep, marker
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
 
 
 def wait_paused(sweep, marker):
@@ -70,9 +80,8 @@ def test_a_job_that_hangs_is_killed_at_the_timeout_and_recorded_failed(run_cli, 
 
 
 def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_path, store):
-    sweep, marker = start_paused_sweep(tmp_path, store, "hydra.launcher.gpus=[0]", "num_warps=2,4")
     killed = []
-    try:
+    with paused_sweep(tmp_path, store, "hydra.launcher.gpus=[0]", "num_warps=2,4") as (sweep, marker):
         for _ in range(2):  # each job in turn: wait until it is paused with its run open, then kill it outright
             wait_paused(sweep, marker)
             _, runs = children(store)
@@ -80,9 +89,6 @@ def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_p
             os.kill(int(open_run.data.tags["process"].split(":")[0]), signal.SIGKILL)
             killed.append(open_run.info.run_id)
         out, _ = sweep.communicate(timeout=300)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
     assert sweep.returncode == 0, out[-3000:]
     (parent,), runs = children(store)
     assert sorted(run.info.run_id for run in runs) == sorted(killed)  # the runs the jobs made, closed
@@ -93,17 +99,36 @@ def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_p
 
 
 def test_ctrl_c_stops_the_running_jobs_and_every_open_run_is_closed_killed(tmp_path, store):
-    sweep, marker = start_paused_sweep(tmp_path, store, "num_warps=2,4,8")
-    try:
+    with paused_sweep(tmp_path, store, "num_warps=2,4,8") as (sweep, marker):
         wait_paused(sweep, marker)
         sweep.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher (its jobs run in sessions of their own)
         out, _ = sweep.communicate(timeout=300)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
     assert sweep.returncode == 130, out[-3000:]
     (parent,), runs = children(store)
     assert parent.info.status == "KILLED"
     assert runs and all(run.info.status == "KILLED" and run.data.tags["status"] == "killed" for run in runs), \
         [(run.info.status, run.data.tags.get("error.message")) for run in runs]
     assert len(runs) <= 2  # the jobs that had started: the third configuration never ran
+
+
+def test_the_launchers_own_keys_are_refused_in_one_line_before_anything_is_recorded(run_cli, store):
+    r = run_cli("-m", *GPUS, "hydra.launcher.gpus=[abc]", "num_warps=2,4")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: hydra.launcher.gpus=['abc'] is not allowed: a non-empty list of CUDA_VISIBLE_DEVICES entries (GPU "
+        "indices such as 0, or GPU-/MIG- UUIDs), or null for every visible GPU")
+    assert children(store) == ([], [])
+
+
+def test_check_settings_names_the_key_the_value_and_what_is_allowed():
+    from convtune.gpu_pool import check_settings
+
+    check_settings(["0", "GPU-8a1b2c3d-0000-1111-2222-333344445555"], 600)
+    check_settings(None, 0.5)
+    for gpus, timeout, said in ((None, 0, "hydra.launcher.timeout_s=0 is not allowed: a positive number of seconds"),
+                                (None, "x", "hydra.launcher.timeout_s='x' is not allowed"),
+                                ([], 600, "hydra.launcher.gpus=[] is not allowed: a non-empty list"),
+                                (["0", "1;rm"], 600, "hydra.launcher.gpus=['0', '1;rm'] is not allowed")):
+        with pytest.raises(ValueError) as e:
+            check_settings(gpus, timeout)
+        assert str(e.value).startswith(said)

@@ -8,7 +8,6 @@ a sweep goes on. A single run that fails exits non-zero with the same one-line m
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -41,8 +40,6 @@ class _Job:
             print(self.setup.notice, flush=True)
         self.params = self.setup.params()
         self.tags: dict[str, Any] = {**self.setup.tags(), Tag.STATUS: Status.RUNNING}
-        if os.environ.get("CONVTUNE_GPU_SLOT") is not None:  # set by the gpus launcher (convtune.gpu_pool)
-            self.tags[Tag.GPU_SLOT] = os.environ["CONVTUNE_GPU_SLOT"]
 
     def run_name(self) -> str:
         return self.setup.run_name(self.sweep.varied if self.sweep else ())

@@ -104,16 +104,12 @@ def _hashable(v: Any) -> Any:
 def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
          dilation: Any, groups: int, precision: str) -> torch.Tensor:
     """The kernel itself: the cached plan for this signature (made, with every check, on its first call)."""
-    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.data_ptr() & 15)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision)
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     if not (input.is_contiguous() and weight.is_contiguous() and input.dtype is _F32 and weight.dtype is _F32
-            and weight.get_device() == key[8]
-            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == key[8]))):
+            and weight.get_device() == input.get_device()
+            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == input.get_device()))):
         prepare(input, weight, bias, stride, padding, dilation, None, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=input.device, dtype=torch.float32)
     ig.run(plan, input, weight, bias, out)
@@ -165,11 +161,7 @@ def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     if not (input.is_cuda and input.is_contiguous() and weight.is_contiguous()
             and (bias is None or bias.is_contiguous())):
         return None
-    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           1, precision, input.get_device(), input.data_ptr() & 15)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, 1, precision)
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision)
     prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
     if plan is pins.TORCH:
         return None
@@ -196,6 +188,16 @@ class _EagerConv(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         return _backward(ctx, grad) + (None,)
+
+
+def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                 dilation: Any, groups: int, precision: str) -> Union[ig.LaunchPlan, str]:
+    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
+           groups, precision, input.get_device(), input.data_ptr() & 15)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision)
+    return plan
 
 
 def _pair(v: Any) -> list[int]:

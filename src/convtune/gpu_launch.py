@@ -25,8 +25,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     base = launcher.config
     setup_globals()
     configure_log(base.hydra.hydra_logging, base.hydra.verbose)
-    if launcher.timeout_s <= 0:
-        raise ValueError(f"hydra.launcher.timeout_s={launcher.timeout_s:g}: give a positive number of seconds")
+    gpu_pool.check_settings(launcher.gpus, launcher.timeout_s)  # the sweep's callback did, if it runs
     sweep_dir = Path(str(base.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     slots: list[Optional[str]] = list(launcher.gpus if launcher.gpus is not None else gpu_pool.visible_gpus()) or [None]

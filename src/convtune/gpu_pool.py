@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,8 +20,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+from convtune.errors import ConfigError
+
+GPU_ID = re.compile(r"\d+|(GPU|MIG)-[\w-]+")  # an entry of CUDA_VISIBLE_DEVICES
 POLL_S = 0.05  # how often the pool looks at its processes
 GRACE_S = 15.0  # after a Ctrl-C, how long a job has to record its run KILLED before it is killed outright
 
@@ -43,6 +47,15 @@ class Outcome:
     return_value: Optional[float] = None
     failure: Optional[tuple[str, str]] = None  # (error type, message) when the process gave no result
     killed: bool = False  # ended by an interrupt of the sweep, not by its own failure
+
+
+def check_settings(gpus: Optional[list[Any]], timeout_s: Any) -> None:
+    """The launcher's keys (hydra.launcher.gpus, .timeout_s), refused in one line (ConfigError)."""
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ConfigError("hydra.launcher.timeout_s", timeout_s, "a positive number of seconds")
+    if gpus is not None and (not gpus or not all(GPU_ID.fullmatch(str(g)) for g in gpus)):
+        raise ConfigError("hydra.launcher.gpus", [str(g) for g in gpus], "a non-empty list of CUDA_VISIBLE_DEVICES "
+                          "entries (GPU indices such as 0, or GPU-/MIG- UUIDs), or null for every visible GPU")
 
 
 def visible_gpus() -> list[str]:

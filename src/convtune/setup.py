@@ -248,6 +248,8 @@ class Setup:
             out[Tag.META_SOURCE] = self.meta_source
         if self.problem is not None:
             out[Tag.PROBLEM_KEY] = self.problem.key()
+        if os.environ.get("CONVTUNE_GPU_SLOT") is not None:  # the GPU the gpus launcher gave this job (gpu_pool)
+            out[Tag.GPU_SLOT] = os.environ["CONVTUNE_GPU_SLOT"]
         return out
 
     def label(self) -> str:

@@ -215,6 +215,10 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             target = refuse_early(config)
+            launcher = config.hydra.launcher
+            if str(launcher.get("_target_", "")).endswith(".GpusLauncher"):  # before the parent run exists
+                from convtune.gpu_pool import check_settings
+                check_settings(launcher.get("gpus"), launcher.get("timeout_s"))
             jobs = planned_jobs(config)
             check_sweep_values(config, jobs)
             self._start(config, target, jobs)
