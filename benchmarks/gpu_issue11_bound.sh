@@ -3,12 +3,7 @@
 # stem's host time inside ResNet-50 (eval and train), the call alone from an idle GPU, then benchmarks/drop_in.py.
 # Needs .whl (bash ../shared/device/fetch-wheels.sh). Logs under $OUT (or ./out).
 set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
-step() { echo; echo "== $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+source benchmarks/gpu_env.sh
 step "python3 -m pytest tests/test_gpu.py -k 'bound or torch' tests/test_autograd_compile.py"
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k 'bound or torch' tests/test_autograd_compile.py 2>&1 | tail -15
 step "python3 benchmarks/probe_stem_in_model.py"

@@ -5,24 +5,16 @@ most, and each model's summed kernel time against its wall time per step.
     python benchmarks/probe_train_step.py     (GPU, torchvision)
 """
 import collections
-import copy
 import time
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch.profiler import ProfilerActivity, profile
 
-import convtune
+from resnet_train_setup import models_and_optimizers
 
-torch.manual_seed(0)
-ref = torchvision.models.resnet50().cuda().train()
-ours = copy.deepcopy(ref)
-convtune.nn.convert(ours)
-x = torch.randn(32, 3, 224, 224, device="cuda")
-target = torch.randint(0, 1000, (32,), device="cuda")
-models = {"torch": ref, "convtune": ours}
-opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+models, opts, x, target = models_and_optimizers()
+ref, ours = models["torch"], models["convtune"]
 
 
 def step(name: str) -> None:

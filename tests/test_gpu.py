@@ -101,7 +101,8 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
 
 
 def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change():
-    """tests/gpu_scripts/bound_launch.py, compiled (no interpreter): bitwise equal to the full launch path on 24
+    """tests/gpu_scripts/bound_launch.py, compiled (no interpreter): the one-launch weight pack bitwise equal to
+    pack_weight on 40 random weights; the bound launch bitwise equal to the full launch path on 24
     random shapes; right after an in-place weight update, new weight storage, a new padding, an unaligned input;
     gradients equal to torch's."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -111,6 +111,30 @@ def test_in_kernel_rounding_equals_the_host_rounding():
     assert torch.equal(y.view(torch.int32), round_to_tf32(x).view(torch.int32))
 
 
+@pytest.mark.parametrize("kw,pad_w,vec", [(11, 2, 4), (7, 3, 2), (5, 0, 4), (3, 1, 1), (1, 0, 4), (4, 5, 2)])
+@pytest.mark.parametrize("round_tf32", [True, False])
+def test_the_one_launch_weight_pack_equals_pack_weight_bitwise(kw, pad_w, vec, round_tf32):
+    from convtune.kernels import implicit_gemm as ig
+    from convtune.kernels import weight_pack
+
+    w = torch.randn(5, 3, 2, kw, generator=torch.Generator().manual_seed(kw * 10 + pad_w))
+    ref = ig.pack_weight(w, pad_w, vec, round_tf32)[0]
+    kwp, j0 = ig.row_window(kw, pad_w, vec)
+    got = weight_pack.pack(w, kwp, weight_pack.window_start(kw, kwp, pad_w, j0), round_tf32)
+    assert got.shape == ref.shape and torch.equal(got.view(torch.int32), ref.contiguous().view(torch.int32))
+    if vec > 1 or round_tf32:  # the cache the library launches from uses it, and repacks after an in-place update
+        assert torch.equal(ig.packed_weight(w, pad_w, vec, round_tf32), ref)
+        w.mul_(-3)
+        assert torch.equal(ig.packed_weight(w, pad_w, vec, round_tf32), ig.pack_weight(w, pad_w, vec, round_tf32)[0])
+
+
+def test_a_row_that_does_not_fit_its_window_is_refused():
+    from convtune.kernels import weight_pack
+
+    with pytest.raises(ValueError, match="does not fit"):
+        weight_pack.window_start(kw=5, kwp=4, pad_w=0, j0=0)
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_tf32_rounds_both_operands_to_nearest_as_cudnn_does(name):
     """The interpreter's dot is exact fp32, so `tf32` output must be the conv of the rounded operands, and

@@ -1,4 +1,4 @@
-"""GPU check of convtune.nn.Conv2d's bound launch (functional.Bound), run by tests/test_gpu.py in a subprocess
+"""GPU check of the one-launch weight pack and of convtune.nn.Conv2d's bound launch (functional.Bound), run by tests/test_gpu.py in a subprocess
 without the interpreter. Prints 'ok' at the end; any failure raises."""
 
 import random
@@ -11,6 +11,18 @@ from convtune.kernels import implicit_gemm as ig
 
 torch.backends.cudnn.allow_tf32 = False  # ieee: our kernel and cuDNN agree to 1e-4
 random.seed(1)
+
+# 0. The one-launch weight pack (compiled, bound runner) gives bitwise what pack_weight's torch operations give.
+from convtune.kernels import weight_pack  # noqa: E402
+
+for i in range(40):
+    kw, pad_w, vec = random.randint(1, 11), random.randint(0, 5), random.choice((1, 2, 4))
+    wt = torch.randn(random.randint(1, 130), random.randint(1, 9), random.randint(1, 11), kw, device="cuda")
+    for rnd in (True, False):
+        ref_pack = ig.pack_weight(wt, pad_w, vec, rnd)[0].contiguous()
+        kwp, j0 = ig.row_window(kw, pad_w, vec)
+        got = weight_pack.pack(wt, kwp, weight_pack.window_start(kw, kwp, pad_w, j0), rnd)
+        assert torch.equal(got.view(torch.int32), ref_pack.view(torch.int32)), (i, kw, pad_w, vec, rnd)
 
 # 1. On random shapes, the bound launch gives bitwise what the full launch path gives (the same binary).
 for i in range(24):

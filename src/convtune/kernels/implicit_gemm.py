@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
-from convtune.kernels import llvm_opt
+from convtune.kernels import llvm_opt, weight_pack
 from convtune.kernels.selfcheck import agrees, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
@@ -134,7 +134,11 @@ def packed_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) 
     if len(_packed) > 64:  # drop entries whose weight is gone
         for k in [k for k, v in _packed.items() if v[0]() is None]:
             del _packed[k]
-    packed = pack_weight(weight, pad_w, vec, round_tf32)[0]
+    if weight.is_contiguous() and weight.dtype is torch.float32:  # one launch (weight_pack: why)
+        kwp, j0 = row_window(weight.shape[3], pad_w, vec)
+        packed = weight_pack.pack(weight, kwp, weight_pack.window_start(weight.shape[3], kwp, pad_w, j0), round_tf32)
+    else:
+        packed = pack_weight(weight, pad_w, vec, round_tf32)[0]
     _packed[id(weight)] = (weakref.ref(weight), state, packed)
     return packed
 
