@@ -59,6 +59,18 @@ def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
     return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
 
 
+def _search_space(config: DictConfig) -> Optional[Any]:
+    """hydra/sweeper=search's space (search.Space), its keys checked; None for any other sweeper."""
+    sweeper = config.hydra.sweeper
+    if not str(sweeper.get("_target_", "")).endswith(".SearchSweeper"):
+        return None
+    from convtune.search import check_settings
+
+    params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
+    return check_settings(sweeper.get("sampler"), sweeper.get("n_trials"), sweeper.get("batch_size"),
+                          list(config.hydra.overrides.task), params)  # type: ignore[arg-type]
+
+
 def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> None:
     """Compose the config with every distinct override of the planned jobs, so that a value of the wrong type
     (BLOCK_M=16,abc) is refused in one line before any job, instead of ending the sweep at that job."""
@@ -220,13 +232,14 @@ class SweepCallback(Callback):
                 from convtune.gpu_pool import check_settings
                 check_settings(launcher.get("gpus"), launcher.get("timeout_s"))
             jobs = planned_jobs(config)
-            check_sweep_values(config, jobs)
-            self._start(config, target, jobs)
+            space = _search_space(config)  # hydra/sweeper=search: jobs are asked for as it goes
+            check_sweep_values(config, jobs if space is None else space.columns())
+            self._start(config, target, jobs, varied_keys(jobs or []) if space is None else list(space.choices))
         except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
             print(f"error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
 
-    def _start(self, config: DictConfig, target: Target, jobs: Optional[list[list[str]]]) -> None:
+    def _start(self, config: DictConfig, target: Target, jobs: Optional[list[list[str]]], varied: list[str]) -> None:
         hc = config.hydra
         problem_swept = jobs is not None and len({o for j in jobs for o in j if o.startswith("problem=")}) > 1
         uri = resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
@@ -238,7 +251,7 @@ class SweepCallback(Callback):
             say_reaped(tracker.reap_orphans())
             exp_id = tracker.experiment_id(name)
             parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags)
-            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied_keys(jobs or []))
+            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied)
             state.save(Path(hc.sweep.dir))
             self._on_kill = interrupts.on_interrupt(
                 lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state,
