@@ -65,7 +65,8 @@ def test_a_failing_configuration_is_a_failed_trial_and_is_not_run_again(run_cli,
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=5", "BLOCK_M=16,24")  # 24: refused by the kernel's checks
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 configuration(s) run in this session, 2 in the study (1 failed)" in r.stdout
-    states = {t.params["BLOCK_M"]: t.state for t in study(tmp_path).trials if not t.user_attrs.get("repeat_of")}
+    # BLOCK_M's values are numbers: an ordered dimension, whose trial param is the index of the value
+    states = {("16", "24")[t.params["BLOCK_M"]]: t.state for t in study(tmp_path).trials if not t.user_attrs.get("repeat_of")}
     assert states == {"16": TrialState.COMPLETE, "24": TrialState.FAIL}
     assert {x.data.params["BLOCK_M"]: x.data.tags["status"] for x in children(store)} == {"16": "ok", "24": "failed"}
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=5", "BLOCK_M=16,24")
@@ -114,6 +115,22 @@ def test_a_trial_an_interrupt_left_open_is_run_again_when_the_study_resumes(run_
     assert len(trials) == 3 and interrupted in [t.params for t in trials]
     statuses = sorted(x.data.tags["status"] for x in children(store))
     assert statuses == ["killed", "ok", "ok", "ok"]  # the interrupted run kept as KILLED, then measured again
+
+
+def test_numeric_values_are_an_ordered_dimension_and_others_categorical():
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from convtune.search import parse_space
+
+    space = parse_space(["problem=tiny", "BLOCK_M=64,16,32", "precision=tf32,ieee", "num_warps=4"])
+    assert space.fixed == ("problem=tiny", "num_warps=4") and space.size() == 6
+    assert space.choices["BLOCK_M"] == ("16", "32", "64")  # sorted as numbers
+    d = space.distributions()
+    assert d["BLOCK_M"] == IntDistribution(0, 2) and d["precision"] == CategoricalDistribution(["tf32", "ieee"])
+    assert space.decode({"BLOCK_M": 2, "precision": "ieee"}) == {"BLOCK_M": "64", "precision": "ieee"}
+    assert space.encode({"BLOCK_M": "64", "precision": "ieee"}) == {"BLOCK_M": 2, "precision": "ieee"}
+    assert space.overrides({"BLOCK_M": "64", "precision": "ieee"}) == ["problem=tiny", "num_warps=4", "BLOCK_M=64",
+                                                                        "precision=ieee"]
 
 
 def test_bad_search_settings_are_refused_in_one_line_before_any_run(run_cli, store, tmp_path):
