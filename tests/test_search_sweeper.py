@@ -117,6 +117,18 @@ def test_a_trial_an_interrupt_left_open_is_run_again_when_the_study_resumes(run_
     assert statuses == ["killed", "ok", "ok", "ok"]  # the interrupted run kept as KILLED, then measured again
 
 
+def test_a_search_fills_every_gpu_slot_of_the_gpus_launcher_in_batches(run_cli, store, tmp_path):
+    r = search(run_cli, tmp_path, "hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "hydra.sweeper.batch_size=2",
+               "hydra.sweeper.n_trials=4", *SPACE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (r.stdout + r.stderr).count("Launching 2 jobs, one process each, on 2 GPU(s) (0, 1)") == 2  # 2 batches of 2
+    runs = children(store)
+    assert len(runs) == 4 and len({config_of(x) for x in runs}) == 4 and all(x.data.tags["status"] == "ok" for x in runs)
+    assert {x.data.tags["gpu_slot"] for x in runs} == {"0", "1"}
+    assert sum(t.state == TrialState.COMPLETE for t in study(tmp_path).trials) == 4
+    assert (tmp_path / "sweep" / "multirun.yaml").exists()
+
+
 def test_numeric_values_are_an_ordered_dimension_and_others_categorical():
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
@@ -136,6 +148,8 @@ def test_numeric_values_are_an_ordered_dimension_and_others_categorical():
 def test_bad_search_settings_are_refused_in_one_line_before_any_run(run_cli, store, tmp_path):
     for args, says in ((("hydra.sweeper.sampler=grid", *SPACE), "hydra.sweeper.sampler='grid' is not allowed"),
                        (("hydra.sweeper.n_trials=0", *SPACE), "hydra.sweeper.n_trials=0 is not allowed"),
+                       (("hydra.sweeper.startup_trials=-1", *SPACE), "hydra.sweeper.startup_trials=-1 is not allowed"),
+                       (("hydra.sweeper.storage=optuna.db", *SPACE), "hydra.sweeper.storage='optuna.db' is not allowed"),
                        (("BLOCK_M=16",), "nothing to search"),
                        (("BLOCK_M=interval(16,32)",), "not an interval"),
                        (("BLOCK_M=16,abc",), "BLOCK_M='abc' is not allowed")):

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_method
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from convtune.errors import ConfigError
 
@@ -118,15 +117,24 @@ def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in params.items()))
 
 
-def check_settings(sampler: Any, n_trials: Any, batch_size: Any, arguments: list[str],
-                   params: Optional[dict[str, str]]) -> Space:
-    """The search's keys and space, refused in one line (ConfigError); the space."""
-    if sampler not in SAMPLERS:
-        raise ConfigError("hydra.sweeper.sampler", sampler, " or ".join(SAMPLERS))
-    for key, value in (("n_trials", n_trials), ("batch_size", batch_size)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ConfigError(f"hydra.sweeper.{key}", value, "a whole number, at least 1")
-    space = parse_space(arguments, params)
+def check_settings(settings: Any, arguments: list[str]) -> Space:
+    """The search's keys (`settings`: the sweeper, or its config node) and space, refused in one line
+    (ConfigError) before anything runs; the space."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if settings.sampler not in SAMPLERS:
+        raise ConfigError("hydra.sweeper.sampler", settings.sampler, " or ".join(SAMPLERS))
+    for key, least in (("n_trials", 1), ("batch_size", 1), ("startup_trials", 0)):
+        value = getattr(settings, key)
+        if not (isinstance(value, int) and value >= least):
+            raise ConfigError(f"hydra.sweeper.{key}", value, f"a whole number, at least {least}")
+    try:
+        make_url(settings.storage)
+    except ArgumentError:
+        raise ConfigError("hydra.sweeper.storage", settings.storage, "a database URL such as "
+                          "sqlite:///mlruns/optuna.db or postgresql://user@host/db") from None
+    space = parse_space(arguments, dict(settings.params) if settings.params else None)
     if not space.choices:
         raise ConfigError("hydra/sweeper", "search", "nothing to search: give at least one key several values "
                           "(num_warps=2,4,8)")
@@ -151,9 +159,11 @@ def sweep(sweeper: Any, arguments: list[str]) -> None:
     from optuna.trial import TrialState
 
     config: DictConfig = sweeper.config
-    space = check_settings(sweeper.sampler, sweeper.n_trials, sweeper.batch_size, arguments, sweeper.params)
+    space = check_settings(sweeper, arguments)
     # (SweepCallback.on_multirun_start has composed every value of the space before the parent run existed)
-    Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
+    sweep_dir = Path(config.hydra.sweep.dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")  # as Hydra's basic sweeper does
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = make_sampler(sweeper.sampler, sweeper.seed, sweeper.startup_trials)
@@ -223,7 +233,7 @@ def sweep(sweeper: Any, arguments: list[str]) -> None:
             _tell_repeat(study, trial, outcome[key], TrialState)
         job_idx += len(batch)
         budget -= len(batch)
-    _report(study, space, outcome, job_idx)
+    _report(space, outcome, job_idx)
 
 
 def _tell_repeat(study: Any, trial: Any, value: Optional[float], states: Any) -> None:
@@ -243,7 +253,7 @@ def _an_unrun_configuration(space: Space, run: set, rng: random.Random) -> Optio
     return rng.choice(left) if left else None
 
 
-def _report(study: Any, space: Space, outcome: dict, jobs: int) -> None:
+def _report(space: Space, outcome: dict, jobs: int) -> None:
     ok = {k: v for k, v in outcome.items() if v is not None}
     failed = len(outcome) - len(ok)
     line = f"search: {jobs} configuration(s) run in this session, {len(outcome)} in the study ({failed} failed)"
@@ -252,4 +262,4 @@ def _report(study: Any, space: Space, outcome: dict, jobs: int) -> None:
     if ok:
         best = min(ok, key=ok.get)  # type: ignore[arg-type]
         line += f"; best {ok[best]:.4g} ms: " + " ".join(f"{k}={v}" for k, v in best)
-    print(line, file=sys.stdout, flush=True)
+    print(line, flush=True)

@@ -66,9 +66,7 @@ def _search_space(config: DictConfig) -> Optional[Any]:
         return None
     from convtune.search import check_settings
 
-    params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
-    return check_settings(sweeper.get("sampler"), sweeper.get("n_trials"), sweeper.get("batch_size"),
-                          list(config.hydra.overrides.task), params)  # type: ignore[arg-type]
+    return check_settings(sweeper, list(config.hydra.overrides.task))
 
 
 def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> None:
