@@ -35,11 +35,12 @@ class _Job:
         self.sweep = SweepState.load(Path(hc.sweep.dir)) if self.multirun else None
         self.number = hc.job.num + 1 if self.multirun else 1
         self.total = self.sweep.total_jobs if self.sweep else (None if self.multirun else 1)
-        self.setup: Setup = resolve(cfg)
+        self.setup: Setup = resolve(cfg, sweep_device=self.sweep.device if self.sweep else None)
         if self.setup.notice and not self.multirun:
             print(self.setup.notice, flush=True)
         self.params = self.setup.params()
-        self.tags: dict[str, Any] = {**self.setup.tags(), Tag.STATUS: Status.RUNNING}
+        self.tags: dict[str, Any] = {**self.setup.tags(), Tag.STATUS: Status.RUNNING,
+                                     **({Tag.JOB: hc.job.num} if self.multirun else {})}
 
     def run_name(self) -> str:
         return self.setup.run_name(self.sweep.varied if self.sweep else ())
@@ -109,10 +110,12 @@ def _resume(tracker: Tracker, job: _Job, earlier: RunView) -> Optional[float]:
     """A child that repeats the earlier run's record (params, metrics, tags) so this sweep's summary, plots and
     promote see it, tagged with where it came from; nothing is measured."""
     with interrupts.deferred():
-        own = (Tag.HOST, Tag.PROCESS, Tag.PROMOTED)  # this run's own process; the pin is the earlier run's
+        # this job's own tags, not the earlier run's (whose pin stays its own)
+        own = (Tag.HOST, Tag.PROCESS, Tag.PROMOTED, Tag.JOB, Tag.BATCH_JOB, Tag.GPU_SLOT)
         tags = {k: v for k, v in earlier.raw["tags"].items() if not k.startswith("mlflow.") and k not in own}
+        mine = {k: v for k, v in job.tags.items() if k in own}
         run_id = tracker.start_run(job.sweep.experiment_id, job.run_name(),
-                                   {**tags, Tag.RESUMED_FROM: earlier.run_id}, parent_id=job.sweep.parent_run_id)
+                                   {**tags, **mine, Tag.RESUMED_FROM: earlier.run_id}, parent_id=job.sweep.parent_run_id)
         tracker.log(run_id, params=earlier.raw["params"], metrics=earlier.raw["metrics"])
         tracker.end(run_id, "FINISHED")
     log.info(f"[{job.number}/{job.total or '?'}] {job.setup.label()} → {earlier.latency_ms:.3f} ms, resumed: measured "

@@ -68,7 +68,7 @@ def _ended(state: Optional[SweepState], job: gpu_pool.Job, out: gpu_pool.Outcome
         return
     error_type, message = out.failure
     status = Status.KILLED if out.killed else Status.FAILED
-    run_id = None if state is None else close_lost_job(state, out.pid, out.started_at, job.number, job.overrides,
-                                                       out.slot, status, error_type, message)
+    run_id = None if state is None else close_lost_job(state, job.number, job.overrides, out.slot, status,
+                                                       error_type, message)
     print(f"[{job.number + 1}/{total}] {' '.join(filter_overrides(job.overrides))} → {status}: {error_type}: "
           f"{message}" + (f" (run {run_id}; the job's output: {job.log_file})" if run_id else ""), flush=True)

@@ -42,7 +42,6 @@ class Job:
 class Outcome:
     slot: Optional[str]  # the CUDA_VISIBLE_DEVICES value the job ran with (None: left as it was)
     pid: int
-    started_at: float  # time.time() when the process started
     seconds: float
     return_value: Optional[float] = None
     failure: Optional[tuple[str, str]] = None  # (error type, message) when the process gave no result
@@ -88,15 +87,15 @@ def run(jobs: list[Job], slots: list[Optional[str]], timeout_s: float,
     process as each ends. An interrupt (convtune.interrupts) stops the jobs that run: each gets SIGTERM and
     GRACE_S to record its run KILLED, then SIGKILL; on_end hears of each (killed=True); the interrupt goes on."""
     waiting = deque(jobs)
-    running: dict[Optional[str], tuple[Job, subprocess.Popen, float, float]] = {}
+    running: dict[Optional[str], tuple[Job, subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     try:
         while waiting or running:
             for slot in slots:
                 if slot not in running and waiting:
                     job = waiting.popleft()
-                    running[slot] = (job, _start(job, slot), time.monotonic(), time.time())
-            for slot, (job, proc, started, started_at) in list(running.items()):
+                    running[slot] = (job, _start(job, slot), time.monotonic())
+            for slot, (job, proc, started) in list(running.items()):
                 code = proc.poll()
                 late = code is None and time.monotonic() - started > timeout_s
                 if code is None and not late:
@@ -105,20 +104,20 @@ def run(jobs: list[Job], slots: list[Optional[str]], timeout_s: float,
                     _kill_group(proc, signal.SIGKILL)
                     proc.wait()
                 del running[slot]
-                done[job.number] = _outcome(job, proc, slot, started, started_at, timeout_s if late else None)
+                done[job.number] = _outcome(job, proc, slot, started, timeout_s if late else None)
                 on_end(job, done[job.number])
             time.sleep(POLL_S)
     finally:
-        for slot, (job, proc, started, started_at) in running.items():  # an interrupt: stop what runs, say so
+        for slot, (job, proc, started) in running.items():  # an interrupt: stop what runs, say so
             _kill_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
-        for slot, (job, proc, started, started_at) in running.items():
+        for slot, (job, proc, started) in running.items():
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill_group(proc, signal.SIGKILL)
                 proc.wait()
-            outcome = Outcome(slot, proc.pid, started_at, time.monotonic() - started, killed=True,
+            outcome = Outcome(slot, proc.pid, time.monotonic() - started, killed=True,
                               failure=("Interrupted", "the sweep was interrupted while this job ran"))
             done[job.number] = outcome
             on_end(job, outcome)
@@ -146,9 +145,9 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _outcome(job: Job, proc: subprocess.Popen, slot: Optional[str], started: float, started_at: float,
+def _outcome(job: Job, proc: subprocess.Popen, slot: Optional[str], started: float,
              timed_out_after: Optional[float]) -> Outcome:
-    out = Outcome(slot, proc.pid, started_at, time.monotonic() - started)
+    out = Outcome(slot, proc.pid, time.monotonic() - started)
     where = f"GPU slot {slot}" if slot is not None else "this machine"
     if timed_out_after is not None:
         out.failure = ("Timeout", f"no result after {timed_out_after:g} s on {where}: the job's processes were "

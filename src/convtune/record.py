@@ -43,6 +43,8 @@ class Tag:
     HOST = "host"  # the machine and process that recorded the run (track.store reaps runs of dead processes)
     PROCESS = "process"  # pid:start ticks
     GPU_SLOT = "gpu_slot"  # the CUDA_VISIBLE_DEVICES the gpus launcher gave the job's process
+    JOB = "job"  # a sweep job's number (hydra.job.num): how a launcher finds the run of a job it lost
+    BATCH_JOB = "batch_job"  # the scheduler's id of a sweep job (SLURM: <array job>_<task>), where its logs are
     GIT_COMMIT = "git_commit"
     GIT_DIRTY = "git_dirty"
     META_SOURCE = "meta_source"  # explicit | pin | pin (nearest ...) | default
@@ -186,7 +188,9 @@ class RunView:
         return {k: int(self.raw["params"][k]) for k in META_KEYS}
 
     def config_label(self) -> str:
-        return " ".join(f"{k}={self.raw['params'][k]}" for k in META_KEYS if k in self.raw["params"])
+        """The launch keys as run; the run's name for a run whose job never recorded them (a launcher closed it)."""
+        label = " ".join(f"{k}={self.raw['params'][k]}" for k in META_KEYS if k in self.raw["params"])
+        return label or str(self.raw.get("run_name") or "")
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,11 @@ class Target:
     notice: Optional[str]  # one line for the user when the problem was switched
 
 
-def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Optional[Path]) -> Target:
-    """Resolve the device; under the interpreter, swap an oversized default problem for `tiny` (announced),
-    and refuse one the user named explicitly."""
-    device = resolve_device(enum_value(cfg.device))
+def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Optional[Path],
+                  device: Optional[str] = None) -> Target:
+    """Resolve the device (or take `device` as decided); under the interpreter, swap an oversized default
+    problem for `tiny` (announced), and refuse one the user named explicitly."""
+    device = device or resolve_device(enum_value(cfg.device))
     problem = cfg.problem
     if device != INTERPRETER:
         return Target(device, problem, None)
@@ -128,9 +129,35 @@ def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Op
                                 f"{problem.name} ({gflop:.3g} GFLOP); name a problem to choose another")
 
 
-def target_for(cfg: DictConfig, hc: Any) -> Target:
+def target_for(cfg: DictConfig, hc: Any, device: Optional[str] = None) -> Target:
     """choose_target with what Hydra knows: the task overrides and the primary config folder."""
-    return choose_target(cfg, hc.overrides.task, main_config_dir(hc.runtime.config_sources))
+    return choose_target(cfg, hc.overrides.task, main_config_dir(hc.runtime.config_sources), device)
+
+
+def planned_device(cfg: DictConfig) -> str:
+    """The device a sweep whose jobs run elsewhere (a SLURM cluster) is for, decided without looking at this
+    machine's GPUs: the submitting process may have none. 'interpreter' when asked for (device=interpreter, or
+    TRITON_INTERPRET=1, which the jobs inherit), else 'cuda'. Each job then resolves it on its own node
+    (sweep_device_for_job)."""
+    choice = enum_value(cfg.device)
+    if choice == INTERPRETER or (choice == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
+        return INTERPRETER
+    return "cuda"
+
+
+def sweep_device_for_job(planned: str) -> str:
+    """A sweep job's device: the one its sweep was started for, checked on this node, so that a job never
+    drifts to the interpreter (and into a GPU sweep's experiment) because its node shows no GPU."""
+    import socket
+
+    try:
+        return resolve_device(planned)
+    except ConfigError as e:
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ConfigError("device", planned, f"{e.allowed.split(': ', 1)[-1]} in this job (host "
+                          f"{socket.gethostname()}, CUDA_VISIBLE_DEVICES={'unset' if seen is None else repr(seen)}), "
+                          f"and the sweep was started for {planned}: run its jobs where a GPU is (a GPU partition, "
+                          "hydra.launcher.gpus_per_node=1) or sweep with device=interpreter") from None
 
 
 def pins_path(cfg: DictConfig, base: Path) -> Path:
@@ -250,6 +277,8 @@ class Setup:
             out[Tag.PROBLEM_KEY] = self.problem.key()
         if os.environ.get("CONVTUNE_GPU_SLOT") is not None:  # the GPU the gpus launcher gave this job (gpu_pool)
             out[Tag.GPU_SLOT] = os.environ["CONVTUNE_GPU_SLOT"]
+        if os.environ.get("CONVTUNE_BATCH_JOB"):  # the scheduler's job id (slurm_launch.run_one)
+            out[Tag.BATCH_JOB] = os.environ["CONVTUNE_BATCH_JOB"]
         return out
 
     def label(self) -> str:
@@ -351,19 +380,22 @@ def check_device(cfg: DictConfig, device: str) -> None:
                                                 "itself, and none is visible here")
 
 
-def refuse_early(cfg: DictConfig) -> Target:
+def refuse_early(cfg: DictConfig, device: Optional[str] = None) -> Target:
     """What makes a whole sweep pointless, checked once before any job: unknown keys, a GPU preset without a
-    GPU, an oversized problem named for the interpreter. Raises ConfigError; returns the sweep's target."""
+    GPU, an oversized problem named for the interpreter. Raises ConfigError; returns the sweep's target.
+    `device`: the device the jobs will resolve on their own nodes (planned_device), not this machine's."""
     hc = hydra_node(cfg)
     check_known_keys(cfg, hc.overrides.task)  # a sweep's parameters are among the task overrides
-    target = target_for(cfg, hc)
+    target = target_for(cfg, hc, device)
     check_device(cfg, target.device)
     return target
 
 
-def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = True) -> Setup:
+def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = True,
+            sweep_device: Optional[str] = None) -> Setup:
     """The setup for `cfg`. `device` forces a device (export: the problem as named, since writing runs no
-    kernel); `swap_problem=False` keeps an oversized problem under the interpreter (no kernel will run)."""
+    kernel); `swap_problem=False` keeps an oversized problem under the interpreter (no kernel will run);
+    `sweep_device`: a sweep job's device as its sweep decided it (sweep_device_for_job checks it here)."""
     from convtune.measure.bench import TimingSettings
 
     hc = hydra_node(cfg)
@@ -375,7 +407,7 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
         if device is not None or not swap_problem:
             s.device = device or resolve_device(enum_value(cfg.device))
         else:
-            target = target_for(cfg, hc)
+            target = target_for(cfg, hc, sweep_device and sweep_device_for_job(sweep_device))
             s.device, s.problem_node, s.notice = target.device, target.problem, target.notice
         check_device(cfg, s.device)
         activate(s.device)

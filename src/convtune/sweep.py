@@ -19,12 +19,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
 from convtune.errors import ConfigError
-from convtune.setup import Target, experiment_name, git_tags, refuse_early
+from convtune.setup import Target, experiment_name, git_tags, planned_device, refuse_early, resolve_device
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.track.store import Tracker, resolve_uri, say_reaped, ui_link
 
 STATE_FILE = "convtune_sweep.json"
+# Launchers that run every job on this host, in this process's environment: the device this process resolves
+# is the jobs' device. Any other (hydra/launcher=slurm and slurm_local through submitit, Ray, RQ) runs its jobs
+# where this process cannot look, maybe from a login node without a GPU: the sweep is then for the device
+# planned from the config (setup.planned_device), and each job checks it on its own node.
+LOCAL_LAUNCHERS = (".BasicLauncher", ".GpusLauncher", ".JoblibLauncher")
+
+
+def jobs_decide_device(launcher: Any) -> bool:
+    return not str(launcher.get("_target_", "")).endswith(LOCAL_LAUNCHERS)
 
 
 @dataclass
@@ -35,6 +44,7 @@ class SweepState:
     tracking_uri: str
     total_jobs: Optional[int]
     varied: list[str] = field(default_factory=list)  # the keys whose value differs between jobs (run names)
+    device: Optional[str] = None  # cuda | interpreter: what every job must run on (the experiment is for it)
 
     def save(self, sweep_dir: Path) -> None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -196,15 +206,15 @@ def _finalize(state: SweepState, status: str) -> str:
     return table
 
 
-def close_lost_job(state: SweepState, pid: int, started_at: float, number: int, overrides: list[str],
-                   slot: Optional[str], status: str, error_type: str, message: str) -> str:
-    """Record a job whose process ended without closing its run (gpus launcher: a timeout, a crash, an
-    interrupt): its RUNNING run is closed with `status` and the reason; a job that died before making its run
-    gets one, named by its overrides, so that nothing of the sweep goes missing. Returns the run's id."""
+def close_lost_job(state: SweepState, number: int, overrides: list[str], slot: Optional[str], status: str,
+                   error_type: str, message: str, extra_tags: Optional[dict[str, str]] = None) -> str:
+    """Record a job that ended without closing its run (gpus launcher: a timeout, a crash, an interrupt; slurm:
+    a task the scheduler ended): its RUNNING run (found by the job's number, Tag.JOB) is closed with `status` and
+    the reason; a job that ended before making its run gets one, named by its overrides, so that nothing of the
+    sweep goes missing. Returns the run's id."""
     tracker = Tracker(state.tracking_uri)
-    mine = [r for r in tracker.children(state.parent_run_id) if r["tags"].get(Tag.PROCESS, "").startswith(f"{pid}:")
-            and r["start_time"] >= 1000 * started_at - 1000]  # not an earlier job's run under a reused pid
-    tags = {Tag.STATUS: status, Tag.ERROR_TYPE: error_type, Tag.ERROR_MESSAGE: message}
+    mine = [r for r in tracker.children(state.parent_run_id) if r["tags"].get(Tag.JOB) == str(number)]
+    tags = {Tag.STATUS: status, Tag.ERROR_TYPE: error_type, Tag.ERROR_MESSAGE: message, **(extra_tags or {})}
     with interrupts.deferred():
         for r in mine:
             if r["status"] == "RUNNING":
@@ -215,6 +225,7 @@ def close_lost_job(state: SweepState, pid: int, started_at: float, number: int, 
             return str(mine[0]["run_id"])
         name = " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") in state.varied) or f"job {number}"
         run_id = tracker.start_run(state.experiment_id, name, {**tags, Tag.OVERRIDES: " ".join(overrides),
+                                                               Tag.JOB: str(number),
                                                                **({Tag.GPU_SLOT: slot} if slot is not None else {})},
                                    parent_id=state.parent_run_id)
         tracker.end(run_id, Status.mlflow(status))
@@ -224,18 +235,38 @@ def close_lost_job(state: SweepState, pid: int, started_at: float, number: int, 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            target = refuse_early(config)
             launcher = config.hydra.launcher
+            elsewhere = jobs_decide_device(launcher)
+            target = refuse_early(config, planned_device(config) if elsewhere else None)
             if str(launcher.get("_target_", "")).endswith(".GpusLauncher"):  # before the parent run exists
                 from convtune.gpu_pool import check_settings
                 check_settings(launcher.get("gpus"), launcher.get("timeout_s"))
             jobs = planned_jobs(config)
             space = _search_space(config)  # hydra/sweeper=search: jobs are asked for as it goes
             check_sweep_values(config, jobs if space is None else space.columns())
+            if launcher.get("dry_run"):
+                self._dry_run(target, jobs, space)
+                return
+            if elsewhere and config.promote.after_sweep and resolve_device("auto") != target.device:
+                raise ConfigError("promote.after_sweep", True, f"false here: promote times the contenders again on "
+                                  f"{target.device}, and this machine has none; run promote.py on a node of the "
+                                  "sweep's GPU after it ends")
             self._start(config, target, jobs, varied_keys(jobs or []) if space is None else list(space.choices))
+            if elsewhere:
+                print(f"device: {target.device} in every job, checked on the job's own node (the launcher runs "
+                      "them elsewhere)", flush=True)
         except ValueError as e:  # Hydra only warns about a callback's exception and runs the jobs anyway
             print(f"error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+
+    @staticmethod
+    def _dry_run(target: Target, jobs: Optional[list[list[str]]], space: Any) -> None:
+        """hydra.launcher.dry_run=true: the launcher shows what it would submit; no parent run, nothing recorded."""
+        if space is not None or jobs is None:
+            raise ConfigError("hydra.launcher.dry_run", True, "false with this sweeper: the batch script of a "
+                              "grid is known in advance, a search's batches are asked for as it goes")
+        print(f"dry run: {len(jobs)} jobs of {target.problem.name} on {target.device}; nothing is submitted or "
+              "recorded", flush=True)
 
     def _start(self, config: DictConfig, target: Target, jobs: Optional[list[list[str]]], varied: list[str]) -> None:
         hc = config.hydra
@@ -249,7 +280,7 @@ class SweepCallback(Callback):
             say_reaped(tracker.reap_orphans())
             exp_id = tracker.experiment_id(name)
             parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags)
-            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied)
+            state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied, target.device)
             state.save(Path(hc.sweep.dir))
             self._on_kill = interrupts.on_interrupt(
                 lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state,
@@ -270,7 +301,7 @@ class SweepCallback(Callback):
                     self._on_kill.cancel()
             print(table, flush=True)
             print(browse_hint(state.tracking_uri, state.experiment_id), flush=True)
-        if config.promote.after_sweep:
+        if config.promote.after_sweep and not config.hydra.launcher.get("dry_run"):
             from convtune.tune.promote import run_promote
 
             run_promote(config)
