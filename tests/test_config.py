@@ -91,6 +91,7 @@ def problem(**kw):
     ({"stride": [0, 1]}, "problem.stride"), ({"padding": [-1, 0]}, "problem.padding"),
     ({"stride": [1, 1, 1]}, "a pair"), ({"kernel_h": 20}, "output of at least 1x1"),
     ({"dtype": "float16"}, "problem.dtype"), ({"init": "zeros"}, "problem.init"),
+    ({"layout": "nhwc"}, r"problem.layout='nhwc' is not allowed: one of \['nchw', 'channels_last'\]"),
 ])
 def test_problem_checks(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -100,6 +101,11 @@ def test_problem_checks(kw, match):
 def test_groups_are_refused_clearly():
     with pytest.raises(UnsupportedProblem, match="groups=2"):
         problem(groups=2)
+
+
+def test_the_input_layout_is_part_of_the_problems_identity():
+    assert problem().key().endswith("-bias-nchw-float32")  # the pins written before layouts keep their keys
+    assert problem(layout="channels_last").key().endswith("-bias-channels_last-float32")
 
 
 def test_asymmetric_stride_and_padding():

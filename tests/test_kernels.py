@@ -64,8 +64,32 @@ def test_output_is_allocated_when_not_given(name):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_launcher_rejects_what_it_does_not_support(make, match, name):
     x, w, b = make()
+    if name == "nhwc_igemm" and match == "contiguous":
+        pytest.skip("nhwc_igemm reads any layout (it converts to channels_last inside the call)")
     with pytest.raises(UnsupportedProblem, match=match):
         get_variant(name).launch(x, w, b, 1, 0, 1, Meta(16, 16, 16, 4, 1))
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_nhwc_reads_any_input_layout_and_writes_the_output_layout_asked_for(precision):
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(2, 6, 7, 5, generator=g), torch.randn(9, 6, 3, 2, generator=g), torch.randn(9, generator=g)
+    ref = F.conv2d(x.double(), w.double(), b.double(), 1, (1, 0))
+    nhwc = get_variant("nhwc_igemm")
+    outs = []
+    for given in (x, x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3).contiguous().transpose(2, 3)):
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            out = torch.empty(ref.shape, memory_format=fmt).fill_(float("nan"))
+            nhwc.launch(given, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=out)
+            assert out.is_contiguous(memory_format=fmt) and not torch.isnan(out).any()
+            outs.append(out)
+    assert nhwc.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision).out.is_contiguous(
+        memory_format=torch.channels_last)  # allocated: channels_last, as torch's output for such an input
+    for out in outs:
+        assert torch.equal(out, outs[0])  # the same numbers whatever the layouts
+    assert (outs[0].double() - ref).norm() / ref.norm() <= TOLERANCE[precision]
+    with pytest.raises(UnsupportedProblem, match="contiguous or channels_last"):
+        nhwc.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 5, 7).transpose(2, 3))
 
 
 def test_groups_refused():
@@ -85,6 +109,10 @@ def test_default_configuration_per_problem_class():
     assert ig.default_meta(384, 1, 13) == Meta(64, 128, 32, 4, 3)
     assert ig.default_meta(96, 4, 224, "tf32x3") == Meta(128, 128, 32, 8, 3)  # 256-row tiles spill under tf32x3
     assert get_variant("seed").default_meta(96, 4, 224) == Meta(32, 64, 32, 4, 2)  # the brief's NCU config
+    nhwc = get_variant("nhwc_igemm")
+    assert nhwc.default_meta(384, 1, 13) == Meta(128, 128, 32, 4, 3)  # the first H200 sweep's winner (issue 13)
+    assert nhwc.default_meta(64, 1, 56) == Meta(64, 64, 32, 4, 3)
+    assert nhwc.default_meta(384, 1, 13, "tf32x3") == Meta(64, 64, 32, 4, 3)
 
 
 

@@ -55,14 +55,22 @@ def test_summary_ranks_ok_runs_first_by_latency():
     assert summary.counts(runs) == {"ok": 2, "incorrect": 1, "failed": 1, "killed": 0}
 
 
-def test_per_problem_table_takes_each_problems_best_and_the_geomean():
-    def run(problem, lat, sp):
-        return {"run_id": f"{problem}{lat}", "params": {"problem": problem, "BLOCK_M": "64"},
-                "metrics": {"latency_ms": lat, "speedup_vs_cudnn": sp, "cudnn_ms": lat * sp}, "tags": {"status": "ok"}}
-    table = summary.per_problem([run("a", 1.0, 2.0), run("a", 2.0, 1.0), run("b", 1.0, 0.5)])
+def test_per_problem_table_takes_the_best_of_each_problem_and_layout_and_the_geomean_per_layout():
+    def run(problem, lat, sp, layout="nchw", kernel="implicit_gemm"):
+        return {"run_id": f"{problem}{lat}{layout}", "params": {"problem": problem, "problem.layout": layout,
+                                                                "kernel": kernel, "BLOCK_M": "64"},
+                "metrics": {"latency_ms": lat, "speedup_vs_cudnn": sp, "cudnn_nchw_ms": lat * sp,
+                            "cudnn_channels_last_ms": 0.5 * lat * sp}, "tags": {"status": "ok"}}
+    table = summary.per_problem([run("a", 1.0, 2.0), run("a", 2.0, 1.0), run("b", 1.0, 0.5),
+                                 run("a", 0.5, 1.25, "channels_last", "nhwc_igemm")])
     lines = table.splitlines()
-    assert lines[2].startswith("| a | 2.0000 | 1.0000 | 2.00x") and lines[3].startswith("| b |")
-    assert "geometric mean speedup over cuDNN: 1.00x (2 problems)" in table
+    assert lines[0] == ("| problem | layout | kernel | cuDNN NCHW ms | cuDNN CL ms | ours ms | speedup | TFLOPS | "
+                        "% of floor | config |")
+    assert lines[2].startswith("| a | nchw | implicit_gemm | 2.0000 | 1.0000 | 1.0000 | 2.00x")  # by problem, NCHW first
+    assert lines[3].startswith("| a | channels_last | nhwc_igemm | 0.6250 | 0.3125 | 0.5000 | 1.25x")
+    assert lines[4].startswith("| b |")
+    assert "geometric mean speedup over cuDNN, nchw input: 1.00x (2 problems)" in table
+    assert "geometric mean speedup over cuDNN, channels_last input: 1.25x (1 problems)" in table
 
 
 def test_plan_is_a_product_by_default():

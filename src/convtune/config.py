@@ -66,6 +66,7 @@ class ProblemConfig:
     bias: bool = True
     dtype: str = "float32"
     init: str = "rand"  # input distribution: rand (uniform [0,1), as KernelBench) or randn
+    layout: str = "nchw"  # the input's memory format: nchw or channels_last (the output follows it, as in torch)
     description: str = ""
 
 

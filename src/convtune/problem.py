@@ -8,6 +8,7 @@ from typing import Any
 from convtune.errors import ConfigError, UnsupportedProblem
 
 DTYPE_BYTES = {"float32": 4}
+LAYOUTS = ("nchw", "channels_last")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ConvProblem:
     bias: bool = True
     dtype: str = "float32"
     init: str = "rand"
+    layout: str = "nchw"  # the input's memory format: nchw (contiguous) or channels_last (NHWC in memory)
 
     @staticmethod
     def from_mapping(m: Any) -> "ConvProblem":
@@ -54,6 +56,8 @@ class ConvProblem:
                     raise ConfigError(f"problem.{key}", list(getattr(self, key)), f"both entries >= {lo}")
         if self.dtype not in DTYPE_BYTES:
             raise ConfigError("problem.dtype", self.dtype, f"one of {sorted(DTYPE_BYTES)}")
+        if self.layout not in LAYOUTS:
+            raise ConfigError("problem.layout", self.layout, f"one of {list(LAYOUTS)} (the input's memory format)")
         if self.init not in ("rand", "randn"):
             raise ConfigError("problem.init", self.init, "'rand' (uniform [0,1), as KernelBench) or 'randn'")
         if self.groups != 1:
@@ -103,7 +107,7 @@ class ConvProblem:
         s, p, d = self.stride, self.padding, self.dilation
         return (f"n{self.batch}-c{self.in_channels}-h{self.height}-w{self.width}-k{self.out_channels}"
                 f"-r{self.kernel_h}x{self.kernel_w}-s{s[0]}x{s[1]}-p{p[0]}x{p[1]}-d{d[0]}x{d[1]}-g{self.groups}"
-                f"-{'bias' if self.bias else 'nobias'}-nchw-{self.dtype}")
+                f"-{'bias' if self.bias else 'nobias'}-{self.layout}-{self.dtype}")
 
     def params(self) -> dict[str, Any]:
         """Flat `problem.*` params for the tracker."""

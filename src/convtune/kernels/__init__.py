@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from convtune.errors import ConfigError
-from convtune.kernels import implicit_gemm, llvm_opt, pins, seed
+from convtune.kernels import implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -32,6 +32,7 @@ VARIANTS: dict[str, KernelVariant] = {
     "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH),
     "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
                                    implicit_gemm.SOURCE_HASH),
+    "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH),
 }
 
 

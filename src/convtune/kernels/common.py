@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import weakref
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
 
@@ -84,8 +85,10 @@ def out_size(size: int, k: int, stride: int, pad: int, dil: int) -> int:
     return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
 
-def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], groups: int) -> None:
-    """The checks a launcher makes before it allocates anything; the message says what is needed."""
+def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], groups: int,
+                      contiguous: bool = True) -> None:
+    """The checks a launcher makes before it allocates anything; the message says what is needed.
+    `contiguous=False`: a launcher that converts the layout itself takes any strides."""
     if groups != 1:
         raise UnsupportedProblem(f"groups={groups} is not supported (only groups=1)")
     if x.dim() != 4 or w.dim() != 4:
@@ -95,7 +98,7 @@ def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor
             raise UnsupportedProblem(f"{name} must be float32, got {t.dtype}")
         if t.device != x.device:
             raise UnsupportedProblem(f"{name} is on {t.device}, input on {x.device}")
-        if not t.is_contiguous():
+        if contiguous and not t.is_contiguous():
             raise UnsupportedProblem(f"{name} must be contiguous (NCHW); call .contiguous() first")
     if w.shape[1] != x.shape[1]:
         raise UnsupportedProblem(f"weight has {w.shape[1]} input channels, input has {x.shape[1]}")
@@ -128,17 +131,45 @@ def prepare(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
             dilation: Any, out: Optional[torch.Tensor], groups: int) -> tuple[ConvGeometry, torch.Tensor]:
     """A launcher's first step: check the inputs, work out the sizes, allocate or check `out`."""
     check_conv_inputs(x, weight, bias, groups)
+    g = geometry(x, weight, stride, padding, dilation)
+    shape = (g.n, g.c_out, g.oh, g.ow)
+    if out is None:
+        out = torch.empty(shape, device=x.device, dtype=torch.float32)
+    elif tuple(out.shape) != shape or not out.is_contiguous() or out.dtype != torch.float32:
+        raise UnsupportedProblem(f"out must be a contiguous float32 {shape} tensor, got {tuple(out.shape)}")
+    return g, out
+
+
+def geometry(x: torch.Tensor, weight: torch.Tensor, stride: Any, padding: Any, dilation: Any) -> ConvGeometry:
+    """The sizes of a checked call (check_conv_inputs); refuses an output of no positions."""
     st, pd, dl = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     oh, ow = out_size(h, kh, st[0], pd[0], dl[0]), out_size(w, kw, st[1], pd[1], dl[1])
     if oh <= 0 or ow <= 0:
         raise UnsupportedProblem(f"output would be {oh}x{ow}: the kernel does not fit the padded input")
-    if out is None:
-        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
-    elif tuple(out.shape) != (n, c_out, oh, ow) or not out.is_contiguous() or out.dtype != torch.float32:
-        raise UnsupportedProblem(f"out must be a contiguous float32 {(n, c_out, oh, ow)} tensor, got {tuple(out.shape)}")
-    return ConvGeometry(n, c, h, w, c_out, kh, kw, oh, ow, st, pd, dl), out
+    return ConvGeometry(n, c, h, w, c_out, kh, kw, oh, ow, st, pd, dl)
+
+
+class WeightCache:
+    """A weight's packed form (what `make(weight)` returns), kept per weight tensor (by identity, checked through
+    a weak reference) and its version counter and data pointer, so an in-place update (an optimiser step) or
+    `param.data = other` (as Module.to does) packs again and a steady-state call packs nothing."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, tuple, torch.Tensor]] = {}
+
+    def get(self, weight: torch.Tensor, key: tuple, make: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        state = (weight._version, weight.data_ptr()) + key
+        hit = self._entries.get(id(weight))
+        if hit is not None and hit[0]() is weight and hit[1] == state:
+            return hit[2]
+        if len(self._entries) > 64:  # drop entries whose weight is gone
+            for k in [k for k, v in self._entries.items() if v[0]() is None]:
+                del self._entries[k]
+        packed = make(weight)
+        self._entries[id(weight)] = (weakref.ref(weight), state, packed)
+        return packed
 
 
 def source_hash(*objs: Callable[..., Any]) -> str:
@@ -159,6 +190,7 @@ class Launched:
     n_spills: Optional[int] = None
     shared_bytes: Optional[int] = None
     llvm_opt: str = "none"  # the LLVM level the binary was compiled at (kernels/llvm_opt.py); none: interpreter
+    compiled: Any = field(default=None, repr=False)  # Triton's compiled kernel (its .asm: ttgir, ptx), if any
 
     @staticmethod
     def from_compiled(out: torch.Tensor, compiled: Any, llvm_opt: str = "none") -> "Launched":
@@ -167,4 +199,4 @@ class Launched:
             return Launched(out, llvm_opt=llvm_opt)
         shared = getattr(getattr(compiled, "metadata", None), "shared", None)
         return Launched(out, int(compiled.n_regs), int(compiled.n_spills), None if shared is None else int(shared),
-                        llvm_opt)
+                        llvm_opt, compiled)

@@ -15,7 +15,6 @@ K = C_in·KH·KW), arranged for speed. See docs/PERFORMANCE.md for what each cho
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -23,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
+from convtune.kernels.common import ConvGeometry, Launched, Meta, WeightCache, prepare, source_hash
 from convtune.kernels import llvm_opt, weight_pack
 from convtune.kernels.selfcheck import agrees, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
@@ -118,29 +117,20 @@ def pack_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool = F
     return packed, kwp, j0
 
 
-# Packed weights, per weight tensor (by identity, checked through a weak reference) and its version counter,
-# so an in-place update (an optimiser step) repacks and a steady-state call packs nothing.
-_packed: dict[int, tuple[Any, tuple[int, int, int, int, bool], torch.Tensor]] = {}
+_packed = WeightCache()  # the packed weights, until the weight changes
 
 
 def packed_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) -> torch.Tensor:
     if vec == 1 and not round_tf32:
         return weight
-    # the data pointer too: `param.data = other` (as Module.to does) keeps the tensor and its version counter
-    state = (weight._version, weight.data_ptr(), pad_w, vec, round_tf32)
-    hit = _packed.get(id(weight))
-    if hit is not None and hit[0]() is weight and hit[1] == state:
-        return hit[2]
-    if len(_packed) > 64:  # drop entries whose weight is gone
-        for k in [k for k, v in _packed.items() if v[0]() is None]:
-            del _packed[k]
+    return _packed.get(weight, (pad_w, vec, round_tf32), lambda w: _pack(w, pad_w, vec, round_tf32))
+
+
+def _pack(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) -> torch.Tensor:
     if weight.is_contiguous() and weight.dtype is torch.float32:  # one launch (weight_pack: why)
         kwp, j0 = row_window(weight.shape[3], pad_w, vec)
-        packed = weight_pack.pack(weight, kwp, weight_pack.window_start(weight.shape[3], kwp, pad_w, j0), round_tf32)
-    else:
-        packed = pack_weight(weight, pad_w, vec, round_tf32)[0]
-    _packed[id(weight)] = (weakref.ref(weight), state, packed)
-    return packed
+        return weight_pack.pack(weight, kwp, weight_pack.window_start(weight.shape[3], kwp, pad_w, j0), round_tf32)
+    return pack_weight(weight, pad_w, vec, round_tf32)[0]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from convtune.record import Metric, RunView, Status, Tag
+from convtune.record import Metric, Param, RunView, Status, Tag
 
 __all__ = ["counts", "markdown", "per_problem", "ranked", "rows"]
 
@@ -56,23 +56,28 @@ def markdown(runs: Iterable[Any]) -> str:
 
 
 def per_problem(runs: Iterable[Any]) -> str:
-    """For a sweep over several problems: the best correct run of each against cuDNN, and the geomean."""
-    best: dict[str, RunView] = {}
+    """For a sweep over several problems: the best correct run of each problem and input layout against cuDNN
+    (a channels_last input against cuDNN channels_last, an NCHW one against cuDNN's faster layout), and the
+    geomean per layout."""
+    best: dict[tuple[str, str], RunView] = {}
     for r in ranked(runs):
         if r.ok:
-            best.setdefault(r.problem or "?", r)
-    head = ["problem", "cuDNN ms", "ours ms", "speedup", "TFLOPS", "% of floor", "config"]
-    body, logs = [], []
-    for name, r in best.items():
+            best.setdefault((r.problem or "?", str(r.param("problem.layout") or "nchw")), r)
+    head = ["problem", "layout", "kernel", "cuDNN NCHW ms", "cuDNN CL ms", "ours ms", "speedup", "TFLOPS",
+            "% of floor", "config"]
+    body, logs = [], {}
+    for (name, layout), r in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] != "nchw")):
         sp = r.metric(Metric.SPEEDUP_VS_CUDNN)
         if sp:
-            logs.append(math.log(sp))
-        body.append([name, _fmt(r.metric(Metric.CUDNN_MS), ".4f"), _fmt(r.latency_ms, ".4f"),
+            logs.setdefault(layout, []).append(math.log(sp))
+        body.append([name, layout, str(r.param(Param.KERNEL) or "?"), _fmt(r.metric(Metric.CUDNN_NCHW_MS), ".4f"),
+                     _fmt(r.metric(Metric.CUDNN_CHANNELS_LAST_MS), ".4f"), _fmt(r.latency_ms, ".4f"),
                      _fmt(sp, ".2f") + ("x" if sp else ""), _fmt(r.metric(Metric.TFLOPS), ".1f"),
                      _fmt(r.metric(Metric.PCT_OF_FLOOR), ".1f"), r.config_label()])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
-    if logs:
-        lines.append(f"\ngeometric mean speedup over cuDNN: {math.exp(sum(logs) / len(logs)):.2f}x ({len(logs)} problems)")
+    for layout, logged in logs.items():
+        lines.append(f"\ngeometric mean speedup over cuDNN, {layout} input: {math.exp(sum(logged) / len(logged)):.2f}x "
+                     f"({len(logged)} problems)")
     return "\n".join(lines)
 
 

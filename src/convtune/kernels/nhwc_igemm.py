@@ -1,0 +1,180 @@
+"""`nhwc_igemm` (first version, issue 13): the implicit GEMM over channels_last tensors, for stride-1 layers.
+
+M = output positions of all images (N·OH·OW, contiguous in NHWC), N = C_out, K = KH·KW·C_in ordered tap by tap
+with the input channels innermost. In NHWC both GEMM operands are then K-major: an A tile is BLOCK_M rows of
+BLOCK_K consecutive channels of one tap, a B tile BLOCK_N output channels of the weight in [C_out, KH, KW, C_in]
+order (a channels_last weight's own memory). That is the operand order Hopper's wgmma takes for TF32 (its
+transpose exists for 16-bit types only), and the loads are contiguous 16-byte vectors where C_in % 4 == 0.
+The output is written channels_last (each row's BLOCK_N channels contiguous), or NCHW where the caller's
+`out` is (each channel's BLOCK_M positions contiguous).
+
+The K loop runs over taps × channel blocks (`range`, pipelined num_stages deep); a channel block past C_in is
+masked. The grid is 1-D in groups of GROUP_M row tiles per column tile, so that neighbouring programs share
+their weight tile and input rows in L2.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import UnsupportedProblem
+from convtune.kernels.common import Launched, Meta, WeightCache, check_conv_inputs, geometry, source_hash
+from convtune.kernels import llvm_opt
+from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+GROUP_M = 8
+
+
+@triton.jit(do_not_specialize=["M"])  # one binary for every batch: the one-time check (batch 1) checks it
+def _conv2d_nhwc_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, M,
+    C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    DH: tl.constexpr, DW: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    per_group = GROUP * TILES_N
+    first_m = (pid // per_group) * GROUP
+    group_rows = tl.minimum(tiles_m - first_m, GROUP)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    OHW: tl.constexpr = OH * OW
+    img = offs_m // OHW
+    p = offs_m % OHW
+    ih0 = (p // OW) * SH - PH
+    iw0 = (p % OW) * SW - PW
+    x_rows = x_ptr + img.to(tl.int64) * (H * W * C)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < C_OUT
+    K_TOTAL: tl.constexpr = KH * KW * C
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    offs_k = tl.arange(0, BLOCK_K)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(0, KH * KW * C_BLOCKS):  # pipelined num_stages deep
+        tap = t // C_BLOCKS
+        c = (t % C_BLOCKS) * BLOCK_K + offs_k
+        ih = ih0 + (tap // KW) * DH
+        iw = iw0 + (tap % KW) * DW
+        inside = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_rows[:, None] + ((ih * W + iw) * C)[:, None] + c[None, :],
+                    mask=inside[:, None] & (c < C)[None, :], other=0.0)
+        if ROUND_A:  # to nearest TF32 as cuDNN does; the weights were rounded once, when packed
+            a = round_tf32(a)
+        b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
+                    mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if OUT_CL:  # channels_last: a row's channels are contiguous
+        y_offs = offs_m.to(tl.int64)[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = (img.to(tl.int64) * (C_OUT * OHW) + p)[:, None] + offs_n[None, :] * OHW
+    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+_packed = WeightCache()  # the weight in [C_out, KH, KW, C_in] order (TF32-rounded for tf32), until it changes
+
+
+def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
+    """[C_out, C_in, KH, KW] → [C_out, KH, KW, C_in] contiguous, rounded to nearest TF32 if asked."""
+    w = weight.permute(0, 2, 3, 1).contiguous()
+    return round_to_tf32(w) if round_tf32 else w
+
+
+def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
+    return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
+
+
+def out_is_cl(out: torch.Tensor) -> bool:
+    """Whether to write `out` channels_last (for N·C·H·W with C or H·W of 1 both layouts are one, and either does)."""
+    return out.is_contiguous(memory_format=torch.channels_last) and not (out.is_contiguous() and out.shape[1] > 1)
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1) -> Launched:
+    """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
+    layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
+    unless `out` is given contiguous (NCHW)."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    n, c, h, w, c_out, kh, kw, oh, ow = g.n, g.c, g.h, g.w, g.c_out, g.kh, g.kw, g.oh, g.ow
+    st, pd, dl = g.stride, g.padding, g.dilation
+    if n * oh * ow * c_out >= 2**31:
+        raise UnsupportedProblem(f"the output has {n * oh * ow * c_out} elements; int32 indexing allows < 2**31")
+    x = x.contiguous(memory_format=torch.channels_last)
+    if out is None:
+        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32, memory_format=torch.channels_last)
+    elif (tuple(out.shape) != (n, c_out, oh, ow) or out.dtype != torch.float32 or out.device != x.device
+          or not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last))):
+        raise UnsupportedProblem(f"out must be a float32 {(n, c_out, oh, ow)} tensor, contiguous or channels_last, "
+                                 f"on {x.device}")
+    rounds = rounds_operands(precision)
+    wp = packed_weight(weight, rounds)
+    cx = dict(C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KW=kw, SH=st[0], SW=st[1], PH=pd[0], PW=pd[1],
+              DH=dl[0], DW=dl[1], HAS_BIAS=bias is not None, PRECISION=dot_precision(precision), ROUND_A=rounds,
+              OUT_CL=out_is_cl(out), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
+              num_warps=meta.num_warps, num_stages=meta.num_stages)
+    b = bias if bias is not None else x
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, "none"), "none")
+    key = (tuple(sorted(cx.items())), x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, wp, b, out))
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, cx, x, weight, bias, out, rounds),
+                            lambda: f"nhwc_igemm {cx}")
+    with llvm_opt.compiling_at(level):
+        return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, level), level)
+
+
+def _run(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
+    grid = (triton.cdiv(m, cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
+    return _conv2d_nhwc_kernel[grid](x, wp, b, out, m, **cx, LLVM_OPT=level)
+
+
+def _right_at(level: str, cx: dict, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor, rounds: bool) -> bool:
+    """Compile the binary at `level` and run it on one random image (M is not specialised: the binary is the
+    same for any batch) against float64 (kernels/llvm_opt.py: why). The inputs keep the real ones' layouts and
+    16-byte alignment."""
+    gen = torch.Generator(device=x.device).manual_seed(20261122)
+    xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
+    outs = aligned_nan(shape, out)
+    outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+    with llvm_opt.compiling_at(level):
+        _run(cx, xs, pack_weight(ws, rounds), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"], level)
+    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """The default configuration per problem class, from the first sweep on an H200 (benchmarks/probe_nhwc.py,
+    2026-11-22, docs/evidence/h200_issue13_nhwc.txt): over BM 64/128 × BN 64/128 × w 4/8 × s 3/4 (BK 32),
+    M128-N128-K32-w4 won on the five stride-1 layers with more than 128 output channels (alexnet_conv3 0.284 ms
+    against 0.335 for M64-N128); M64-N64-K32-w4-s3 on resnet50_layer1_1x1 (64 channels, 0.071 ms). A pin for the
+    exact problem and GPU takes precedence (convtune.pins)."""
+    if precision not in ("tf32", "tf32_trunc"):  # three products or FMA per multiply: smaller tiles (untuned)
+        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 64:
+        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+
+
+SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, out_is_cl, launch,
+                          default_meta)
