@@ -48,3 +48,12 @@ def test_plots_draw_every_ok_configuration_and_both_roofs(tmp_path):
     fig.savefig(tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 1000
     assert plots.roofline([runs[2]], "t") is None
+
+
+def test_the_profiled_process_compiles_at_the_measured_runs_level_so_its_first_launch_is_the_real_one(monkeypatch):
+    # left on auto, a new binary's first launch is llvm_opt's one-time check on one image: ncu would profile that
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("CONVTUNE_LLVM_OPT", raising=False)
+    env = ncu.profile_env({"llvm_opt": "O0"})
+    assert env["CONVTUNE_LLVM_OPT"] == "O0" and "TRITON_INTERPRET" not in env
+    assert "CONVTUNE_LLVM_OPT" not in ncu.profile_env({"llvm_opt": "none"})  # the interpreter: nothing to force

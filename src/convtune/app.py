@@ -157,7 +157,8 @@ def _ncu(job: _Job) -> dict[str, float]:
         spec = {**{k: getattr(problem, k) for k in problem.__dataclass_fields__}, "stride": list(problem.stride),
                 "padding": list(problem.padding), "dilation": list(problem.dilation)}
         counters, status = ncu.profile({"problem": spec, "kernel": s.variant.name, "meta": s.meta.as_dict(),
-                                        "precision": s.precision, "seed": s.cfg.seed})
+                                        "precision": s.precision, "seed": s.cfg.seed,
+                                        "llvm_opt": job.tags.get(Tag.LLVM_OPT)})
     job.tags[Tag.NCU_STATUS] = status
     if not counters:
         log.info(status)

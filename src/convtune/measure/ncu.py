@@ -56,6 +56,16 @@ def parse_csv(text: str) -> dict[str, float]:
     return out
 
 
+def profile_env(job: dict) -> dict[str, str]:
+    """The profiled process's environment: compiled Triton, and the LLVM level the measured run's binary was
+    compiled at, forced, so that its first launch is the profiled one. Left on `auto`, the first launch of a new
+    binary is kernels/llvm_opt's one-time check on a single image, and `--launch-count 1` would profile that."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if job.get("llvm_opt") in ("O0", "O1", "O2", "O3"):
+        env["CONVTUNE_LLVM_OPT"] = job["llvm_opt"]
+    return env
+
+
 def profile(job: dict, timeout_s: float = 300) -> tuple[dict[str, float], str]:
     """Run `python -m convtune.profile_one` under ncu for one kernel launch. Returns (counters, status line)."""
     exe = find_ncu()
@@ -64,7 +74,7 @@ def profile(job: dict, timeout_s: float = 300) -> tuple[dict[str, float], str]:
     cmd = [exe, "--csv", "--print-units", "base", "--clock-control", "none", "--kernel-name", KERNEL_REGEX,
            "--launch-count", "1", "--metrics", ",".join(COUNTERS),
            sys.executable, "-m", "convtune.profile_one", json.dumps(job)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = profile_env(job)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
