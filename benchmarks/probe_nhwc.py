@@ -44,7 +44,7 @@ def mma_kind(compiled) -> str:
     return "fma"
 
 
-def probe(name: str, metas, precision: str, log) -> None:
+def probe(name: str, metas, precision: str, log, weight_tma: bool = False) -> None:
     p = load_problem(name)
     dev = torch.device("cuda")
     x, w, b = make_inputs(p, 0, dev)
@@ -55,10 +55,10 @@ def probe(name: str, metas, precision: str, log) -> None:
     rows = []
 
     def call(inp, meta):
-        return nhwc_igemm.launch(inp, w, b, p.stride, p.padding, p.dilation, meta, precision)
+        return nhwc_igemm.launch(inp, w, b, p.stride, p.padding, p.dilation, meta, precision, weight_tma=weight_tma)
 
     for meta in metas:
-        row = {"problem": name, "precision": precision, **meta.as_dict(), **base}
+        row = {"problem": name, "precision": precision, "weight_tma": weight_tma, **meta.as_dict(), **base}
         try:
             t0 = time.perf_counter()
             launched = call(x_cl, meta)
@@ -77,7 +77,7 @@ def probe(name: str, metas, precision: str, log) -> None:
         rows.append(row)
         log.write(json.dumps(row) + "\n")
         log.flush()
-        print(f"{name:22s} {meta.short():22s} {row.get('ms', float('nan')):8.4f} ms  {row.get('mma', '')} "
+        print(f"{name:22s} {'tma ' if weight_tma else ''}{meta.short():22s} {row.get('ms', float('nan')):8.4f} ms  {row.get('mma', '')} "
               f"regs={row.get('regs')} spills={row.get('spills')} allclose={row.get('kernelbench_allclose')} "
               f"{row.get('error', '')}", flush=True)
     timed = [r for r in rows if "ms" in r]
@@ -91,7 +91,7 @@ def probe(name: str, metas, precision: str, log) -> None:
     dm = default_meta(p.out_channels, p.stride[1], p.width, precision)
     old = ours_nchw.launch(x, w, b, p.stride, p.padding, p.dilation, dm, precision)
     t_old = bench.time_gpu(lambda: ours_nchw.launch(x, w, b, p.stride, p.padding, p.dilation, dm, precision), FAST, dev)
-    summary = {"summary": name, "best": meta.short(), "ms_cl": best["ms"], "ms_from_nchw": t_nchw.median_ms,
+    summary = {"summary": name, "weight_tma": weight_tma, "best": meta.short(), "ms_cl": best["ms"], "ms_from_nchw": t_nchw.median_ms,
                "cudnn_nchw_ms": base["cudnn_nchw_ms"], "cudnn_cl_ms": base["cudnn_channels_last_ms"],
                "vs_cudnn_cl": best["vs_cudnn_cl"], "vs_cudnn_best_from_nchw": base["cudnn_ms"] / t_nchw.median_ms,
                "tflops": best["tflops"], "mma": best["mma"], "allclose": best["kernelbench_allclose"],
@@ -106,11 +106,15 @@ def main() -> None:
     ap.add_argument("--problems", default=STRIDE_1)
     ap.add_argument("--grid", default="BM=64,128;BN=64,128;BK=32;W=4,8;S=3,4")
     ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--weight-tma", choices=("off", "on", "both"), default="off",
+                    help="load the weight tiles through a TMA descriptor (both: each problem twice, side by side)")
     a = ap.parse_args()
+    modes = {"off": [False], "on": [True], "both": [False, True]}[a.weight_tma]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     with open(a.out, "a") as log:
         for name in a.problems.split(","):
-            probe(name, grid(a.grid), a.precision, log)
+            for tma in modes:
+                probe(name, grid(a.grid), a.precision, log, tma)
 
 
 if __name__ == "__main__":

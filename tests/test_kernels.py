@@ -71,9 +71,13 @@ def test_launcher_rejects_what_it_does_not_support(make, match, name):
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
-def test_nhwc_reads_any_input_layout_and_writes_the_output_layout_asked_for(precision):
+@pytest.mark.parametrize("cin", [6, 8])  # 8: the weight tiles come through a TMA descriptor (nhwc_igemm.tma_fits)
+def test_nhwc_reads_any_input_layout_and_writes_the_output_layout_asked_for(precision, cin):
+    from convtune.kernels.nhwc_igemm import packed_weight, tma_fits
+
     g = torch.Generator().manual_seed(3)
-    x, w, b = torch.randn(2, 6, 7, 5, generator=g), torch.randn(9, 6, 3, 2, generator=g), torch.randn(9, generator=g)
+    x, w, b = torch.randn(2, cin, 7, 5, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
+    assert tma_fits(packed_weight(w, False)) == (cin % 4 == 0)
     ref = F.conv2d(x.double(), w.double(), b.double(), 1, (1, 0))
     nhwc = get_variant("nhwc_igemm")
     outs = []
@@ -110,7 +114,9 @@ def test_default_configuration_per_problem_class():
     assert ig.default_meta(96, 4, 224, "tf32x3") == Meta(128, 128, 32, 8, 3)  # 256-row tiles spill under tf32x3
     assert get_variant("seed").default_meta(96, 4, 224) == Meta(32, 64, 32, 4, 2)  # the brief's NCU config
     nhwc = get_variant("nhwc_igemm")
-    assert nhwc.default_meta(384, 1, 13) == Meta(128, 128, 32, 4, 3)  # the first H200 sweep's winner (issue 13)
+    assert nhwc.default_meta(384, 1, 13) == Meta(128, 128, 32, 8, 3)  # the H200 sweep's winners (issue 13)
+    assert nhwc.default_meta(192, 1, 27) == Meta(64, 256, 32, 4, 3)
+    assert nhwc.default_meta(128, 1, 28) == Meta(64, 128, 32, 4, 3)
     assert nhwc.default_meta(64, 1, 56) == Meta(64, 64, 32, 4, 3)
     assert nhwc.default_meta(384, 1, 13, "tf32x3") == Meta(64, 64, 32, 4, 3)
 

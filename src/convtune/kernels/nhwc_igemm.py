@@ -8,6 +8,7 @@ transpose exists for 16-bit types only), and the loads are contiguous 16-byte ve
 The output is written channels_last (each row's BLOCK_N channels contiguous), or NCHW where the caller's
 `out` is (each channel's BLOCK_M positions contiguous).
 
+The weight tiles come through a TMA descriptor where the weight's rows allow one (launch: weight_tma).
 The K loop runs over taps × channel blocks (`range`, pipelined num_stages deep); a channel block past C_in is
 masked. The grid is 1-D in groups of GROUP_M row tiles per column tile, so that neighbouring programs share
 their weight tile and input rows in L2.
@@ -32,11 +33,11 @@ GROUP_M = 8
 
 @triton.jit(do_not_specialize=["M"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, M,
+    x_ptr, w_ptr, b_ptr, y_ptr, M,  # w_ptr: the packed weight, or a TMA descriptor of it as [C_OUT, K] (W_TMA)
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
     DH: tl.constexpr, DW: tl.constexpr,
-    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr, W_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -75,8 +76,11 @@ def _conv2d_nhwc_kernel(
                     mask=inside[:, None] & (c < C)[None, :], other=0.0)
         if ROUND_A:  # to nearest TF32 as cuDNN does; the weights were rounded once, when packed
             a = round_tf32(a)
-        b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
-                    mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
+        if W_TMA:  # past C the tile holds the next tap's weights, multiplied by A's zeros; past K, zeros
+            b = w_ptr.load([pid_n * BLOCK_N, tap * C + (t % C_BLOCKS) * BLOCK_K]).T
+        else:
+            b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
+                        mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     if HAS_BIAS:
@@ -108,10 +112,14 @@ def out_is_cl(out: torch.Tensor) -> bool:
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1) -> Launched:
+           groups: int = 1, weight_tma: bool = True) -> Launched:
     """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
     layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
-    unless `out` is given contiguous (NCHW)."""
+    unless `out` is given contiguous (NCHW). `weight_tma`: load the weight tiles through a TMA descriptor where
+    its rows allow one (tma_fits): on the H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2
+    0.691 against 0.809 ms at their best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on
+    resnet50_layer1_1x1 and 9 % on resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py
+    --weight-tma both, docs/evidence/h200_issue13_tma.txt)."""
     check_conv_inputs(x, weight, bias, groups, contiguous=False)
     g = geometry(x, weight, stride, padding, dilation)
     n, c, h, w, c_out, kh, kw, oh, ow = g.n, g.c, g.h, g.w, g.c_out, g.kh, g.kw, g.oh, g.ow
@@ -129,8 +137,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     wp = packed_weight(weight, rounds)
     cx = dict(C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KW=kw, SH=st[0], SW=st[1], PH=pd[0], PW=pd[1],
               DH=dl[0], DW=dl[1], HAS_BIAS=bias is not None, PRECISION=dot_precision(precision), ROUND_A=rounds,
-              OUT_CL=out_is_cl(out), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
-              num_warps=meta.num_warps, num_stages=meta.num_stages)
+              OUT_CL=out_is_cl(out), W_TMA=weight_tma and tma_fits(wp), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N,
+              BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
     b = bias if bias is not None else x
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, "none"), "none")
@@ -141,7 +149,17 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
         return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, level), level)
 
 
+def tma_fits(wp: torch.Tensor) -> bool:
+    """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight needs a 16-byte aligned base, and every tile
+    a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
+    return wp.data_ptr() % 16 == 0 and wp.shape[3] % 4 == 0
+
+
 def _run(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
+    if cx["W_TMA"]:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        wp = TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
     grid = (triton.cdiv(m, cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
     return _conv2d_nhwc_kernel[grid](x, wp, b, out, m, **cx, LLVM_OPT=level)
 
@@ -164,17 +182,24 @@ def _right_at(level: str, cx: dict, x: torch.Tensor, weight: torch.Tensor, bias:
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The default configuration per problem class, from the first sweep on an H200 (benchmarks/probe_nhwc.py,
-    2026-11-22, docs/evidence/h200_issue13_nhwc.txt): over BM 64/128 × BN 64/128 × w 4/8 × s 3/4 (BK 32),
-    M128-N128-K32-w4 won on the five stride-1 layers with more than 128 output channels (alexnet_conv3 0.284 ms
-    against 0.335 for M64-N128); M64-N64-K32-w4-s3 on resnet50_layer1_1x1 (64 channels, 0.071 ms). A pin for the
-    exact problem and GPU takes precedence (convtune.pins)."""
+    """The default configuration per problem class, from the H200 sweep with TMA weight tiles
+    (benchmarks/probe_nhwc.py --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
+    docs/evidence/h200_issue13_tma.txt), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
+    192 and conv5's 256: M64-N256-w4 best, 0.691 and 0.245 ms; vgg16_conv3_2 3 % behind its best); three
+    128-wide tiles for 384 (alexnet_conv3/4: M128-N128-w8 best, M64-N256 2.0-2.2x slower); M64-N128-w4 for 128
+    (resnet50_layer2_3x3 best); M64-N64-w4 up to 64 (resnet50_layer1_1x1, the first sweep). M128-N256 with 4
+    warps runs 21-27x slower (its accumulator alone is 256 registers a thread). A pin for the exact problem and
+    GPU takes precedence (convtune.pins)."""
     if precision not in ("tf32", "tf32_trunc"):  # three products or FMA per multiply: smaller tiles (untuned)
         return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
     if out_channels <= 64:
         return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
-    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 128:
+        return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 256:
+        return Meta(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=4, num_stages=3)
+    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
 
 
-SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, out_is_cl, launch,
-                          default_meta)
+SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, out_is_cl, tma_fits, _run,
+                          launch, default_meta)
