@@ -49,6 +49,9 @@ def test_a_search_runs_its_budget_of_distinct_configurations_and_resumes_to_the_
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(done) == 3 and all(t.value > 0 for t in done)  # the latency each job returned
     assert sorted(t.value for t in done) == sorted(x.data.metrics["latency_ms"] for x in runs)
+    c = MlflowClient(store)
+    (parent,) = [x for x in c.search_runs([runs[0].info.experiment_id]) if "mlflow.parentRunId" not in x.data.tags]
+    assert parent.data.tags["total_jobs"] == "3"  # the budget, once the search knows it (tagged "?" at the start)
 
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=10", *SPACE)  # the same study, a larger budget
     assert r.returncode == 0, r.stderr[-3000:]

@@ -150,11 +150,14 @@ def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> st
 
 
 def record_total_jobs(config: DictConfig, total: int) -> None:
-    """hydra.sweeper.on_planned: the job count of a sweep whose configs were derived when it started."""
+    """hydra.sweeper.on_planned: the job count of a sweep whose configs were derived when it started (or of a
+    search, its budget): in the state the jobs read ([i/total]) and on the parent run, which was tagged "?"."""
     state = SweepState.load(Path(config.hydra.sweep.dir))
     if state is not None:
         state.total_jobs = total
         state.save(Path(config.hydra.sweep.dir))
+        with interrupts.deferred():
+            Tracker(state.tracking_uri).log(state.parent_run_id, tags={Tag.TOTAL_JOBS: total})
 
 
 def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) -> None:
