@@ -71,6 +71,16 @@ def test_the_same_configurations_run_through_submitits_local_executor(tmp_path, 
     assert "Job completed successfully" not in r.stdout  # submitit's own log stays in the job's files
 
 
+def test_the_launchers_own_keys_are_refused_in_one_line_before_anything_is_recorded(tmp_path, store):
+    r = sweep(tmp_path, store, *LOCAL, "hydra.launcher.parallelism=0", "num_warps=2,4")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: hydra.launcher.parallelism=0 is not allowed: a positive number of jobs run at once")
+    assert runs_of(store, "tiny [interpreter]") == ([], [])
+    r = sweep(tmp_path, store, *LOCAL, "hydra.launcher.dry_run=true", "num_warps=2,4")  # only SLURM has a script
+    assert r.returncode != 0 and "dry_run" in r.stderr and runs_of(store, "tiny [interpreter]") == ([], [])
+
+
 def test_a_job_planned_for_the_gpu_fails_in_one_line_on_a_node_without_one(tmp_path, store):
     r = sweep(tmp_path, store, *LOCAL, "num_warps=2,4", interpret=False)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -41,8 +41,6 @@ class Job:
 @dataclass
 class Outcome:
     slot: Optional[str]  # the CUDA_VISIBLE_DEVICES value the job ran with (None: left as it was)
-    pid: int
-    seconds: float
     return_value: Optional[float] = None
     failure: Optional[tuple[str, str]] = None  # (error type, message) when the process gave no result
     killed: bool = False  # ended by an interrupt of the sweep, not by its own failure
@@ -104,20 +102,20 @@ def run(jobs: list[Job], slots: list[Optional[str]], timeout_s: float,
                     _kill_group(proc, signal.SIGKILL)
                     proc.wait()
                 del running[slot]
-                done[job.number] = _outcome(job, proc, slot, started, timeout_s if late else None)
+                done[job.number] = _outcome(job, proc, slot, timeout_s if late else None)
                 on_end(job, done[job.number])
             time.sleep(POLL_S)
     finally:
-        for slot, (job, proc, started) in running.items():  # an interrupt: stop what runs, say so
+        for job, proc, _ in running.values():  # an interrupt: stop what runs, say so
             _kill_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
-        for slot, (job, proc, started) in running.items():
+        for slot, (job, proc, _) in running.items():
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill_group(proc, signal.SIGKILL)
                 proc.wait()
-            outcome = Outcome(slot, proc.pid, time.monotonic() - started, killed=True,
+            outcome = Outcome(slot, killed=True,
                               failure=("Interrupted", "the sweep was interrupted while this job ran"))
             done[job.number] = outcome
             on_end(job, outcome)
@@ -145,9 +143,8 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _outcome(job: Job, proc: subprocess.Popen, slot: Optional[str], started: float,
-             timed_out_after: Optional[float]) -> Outcome:
-    out = Outcome(slot, proc.pid, time.monotonic() - started)
+def _outcome(job: Job, proc: subprocess.Popen, slot: Optional[str], timed_out_after: Optional[float]) -> Outcome:
+    out = Outcome(slot)
     where = f"GPU slot {slot}" if slot is not None else "this machine"
     if timed_out_after is not None:
         out.failure = ("Timeout", f"no result after {timed_out_after:g} s on {where}: the job's processes were "

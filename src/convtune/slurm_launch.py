@@ -25,6 +25,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, se
 from omegaconf import open_dict
 
 from convtune import interrupts
+from convtune.errors import ConfigError
 from convtune.record import Status
 from convtune.sweep import SweepState, close_lost_job
 
@@ -45,7 +46,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     numbers = [initial_job_idx + i for i in range(len(job_overrides))]
     args = [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", Singleton.get_state())
             for n, o in zip(numbers, job_overrides)]
-    if launcher.executor == "slurm" and launcher.dry_run:
+    if launcher.dry_run:
         script = sweep_dir / BATCH_SCRIPT
         script.write_text(batch_script(launcher.params, len(args)))
         print(f"the batch script for {len(args)} array tasks (written to {script}; nothing submitted):\n")
@@ -142,6 +143,12 @@ def run_one(launcher: Any, sweep_overrides: list[str], job_dir_key: str, job_num
     return interrupts.guard(lambda: run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
                                             config=config, job_dir_key=job_dir_key,
                                             job_subdir_key="hydra.sweep.subdir"))  # type: ignore[return-value]
+
+
+def check_settings(parallelism: Any) -> None:
+    """hydra/launcher=slurm_local's own key, refused in one line (ConfigError) before the parent run."""
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        raise ConfigError("hydra.launcher.parallelism", parallelism, "a positive number of jobs run at once")
 
 
 def _split(params: dict[str, Any]) -> tuple[str, int, dict[str, Any], dict[str, Any]]:

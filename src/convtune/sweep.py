@@ -244,6 +244,9 @@ class SweepCallback(Callback):
             if str(launcher.get("_target_", "")).endswith(".GpusLauncher"):  # before the parent run exists
                 from convtune.gpu_pool import check_settings
                 check_settings(launcher.get("gpus"), launcher.get("timeout_s"))
+            if str(launcher.get("_target_", "")).endswith(".SlurmLocalLauncher"):
+                from convtune import slurm_launch
+                slurm_launch.check_settings(launcher.get("parallelism"))
             jobs = planned_jobs(config)
             space = _search_space(config)  # hydra/sweeper=search: jobs are asked for as it goes
             check_sweep_values(config, jobs if space is None else space.columns())

@@ -56,6 +56,13 @@ def memory_format(p: ConvProblem) -> torch.memory_format:
     return torch.channels_last if p.layout == "channels_last" else torch.contiguous_format
 
 
+def poisoned_output(p: ConvProblem, device: torch.device) -> torch.Tensor:
+    """A NaN-filled output in the problem's layout (as torch's convolution lays it out): a kernel must write
+    every element, and writes the layout a user's call would get."""
+    out = torch.empty(p.output_shape, device=device, dtype=torch.float32, memory_format=memory_format(p))
+    return out.fill_(float("nan"))
+
+
 _cudnn_cache: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
@@ -92,7 +99,7 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     errors) propagate to the caller, which records them as a failed run."""
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     x, w, b = make_inputs(p, seed, dev)
-    out = torch.empty(p.output_shape, device=dev, dtype=torch.float32, memory_format=memory_format(p)).fill_(float("nan"))
+    out = poisoned_output(p, dev)
 
     def call() -> Any:
         return variant.launch(x, w, b, p.stride, p.padding, p.dilation, meta, precision, out=out)

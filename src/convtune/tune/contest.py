@@ -27,7 +27,7 @@ from convtune.measure.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta, torch_conv
 from convtune.kernels.pins import TORCH
 from convtune.measure.correctness import judge
-from convtune.measure.one_config import make_inputs
+from convtune.measure.one_config import make_inputs, poisoned_output
 from convtune.problem import ConvProblem
 
 
@@ -75,7 +75,7 @@ def remeasure(p: ConvProblem, variant: KernelVariant, contenders: list[Contender
     torch.backends.cudnn.benchmark = True
     try:
         for c in contenders:
-            out = torch.full(p.output_shape, float("nan"), device=dev)
+            out = poisoned_output(p, dev)  # in the problem's layout, as the measured runs wrote it
             if c.meta == TORCH:
                 call: Callable[[], object] = lambda: torch_conv.conv2d(x, w, b, p.stride, p.padding, p.dilation, precision)
             else:

@@ -23,7 +23,8 @@ from hydra.utils import get_method
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
-OWN_KEYS = ("dry_run", "parallelism", "launch_with", "run_with")  # ours, not submitit's
+OWN_DEFAULTS = {"dry_run": False, "parallelism": 1, "launch_with": "convtune.slurm_launch.launch",
+                "run_with": "convtune.slurm_launch.run_one"}  # our keys, not submitit's (each conf has some)
 
 
 @dataclass
@@ -34,7 +35,6 @@ class SlurmConf(SlurmQueueConf):
     tasks_per_node: int = 1
     timeout_min: int = 20  # per configuration (compile, check, time: about a minute on L1 #50 on an H200)
     dry_run: bool = False  # write and print the batch script; submit nothing, record nothing
-    parallelism: int = 0  # unused by SLURM (array_parallelism throttles the array)
     launch_with: str = "convtune.slurm_launch.launch"
     run_with: str = "convtune.slurm_launch.run_one"
 
@@ -45,7 +45,6 @@ class SlurmLocalConf(LocalQueueConf):
     name: str = "convtune"
     gpus_per_node: Optional[int] = 1  # submitit's local executor shows every job GPU 0 (CUDA_VISIBLE_DEVICES)
     timeout_min: int = 20
-    dry_run: bool = False
     parallelism: int = 1  # jobs at once: 1, since every job sees the same GPU
     launch_with: str = "convtune.slurm_launch.launch"
     run_with: str = "convtune.slurm_launch.run_one"
@@ -59,10 +58,10 @@ class SlurmLauncher(BaseSubmititLauncher):
     executor = "slurm"
 
     def __init__(self, **params: Any) -> None:
-        own = {k: params.pop(k) for k in OWN_KEYS}
+        own = {k: params.pop(k, default) for k, default in OWN_DEFAULTS.items()}
         super().__init__(**params)
         self.dry_run, self.launch_with, self.run_with = bool(own["dry_run"]), own["launch_with"], own["run_with"]
-        self.parallelism = max(1, int(own["parallelism"]))
+        self.parallelism = own["parallelism"]  # SLURM's array is throttled by array_parallelism instead
 
     def __call__(self, *args: Any) -> JobReturn:  # in the job's process
         return get_method(self.run_with)(self, *args)
