@@ -7,7 +7,10 @@ in several rounds, so that drift shows as round-to-round spread. Then a CPU-side
 Models: torch; an identical torch twin (the noise); convtune (every layer converted: the stem runs convtune's
 kernel, the rest are pinned to torch); 'stem to torch' (converted, its stem back to torch.nn.Conv2d: what the
 module costs on the 52 torch-pinned layers); and torch / convtune with the stem's weight left out of the
-optimizer ('stem frozen': no repack of the stem's packed weight after each step).
+optimizer ('stem frozen': no repack of the stem's packed weight after each step). With --extra, three more:
+torch and convtune with the stem's weight not requiring gradients ('stem no grad': no autograd node for the
+stem at all, only its forward kernel differs), and convtune with the stem's weight repacked right after the
+optimizer step instead of at the next forward ('repack after step').
 
     python benchmarks/probe_train_gap.py [--rounds 5] [--steps 60]     (GPU, torchvision)
 """
@@ -23,6 +26,7 @@ import torchvision
 from torch.profiler import ProfilerActivity, profile
 
 import convtune
+from convtune.kernels import implicit_gemm as ig
 
 
 def main() -> None:
@@ -30,6 +34,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--extra", action="store_true", help="also the 'stem no grad' and 'repack after step' models")
     a = ap.parse_args()
     torch.manual_seed(0)
     ref = torchvision.models.resnet50().cuda().train()
@@ -40,6 +45,11 @@ def main() -> None:
     mixed.conv1.__class__ = torch.nn.Conv2d
     models = {"torch": ref, "torch twin": copy.deepcopy(ref), "convtune": ours, "stem to torch": mixed,
               "torch, stem frozen": copy.deepcopy(ref), "convtune, stem frozen": copy.deepcopy(ours)}
+    if a.extra:
+        models.update({"torch, stem no grad": copy.deepcopy(ref), "convtune, stem no grad": copy.deepcopy(ours),
+                       "convtune, repack after step": copy.deepcopy(ours)})
+        for k in ("torch, stem no grad", "convtune, stem no grad"):
+            models[k].conv1.weight.requires_grad_(False)
     opts = {k: torch.optim.SGD([p for n, p in m.named_parameters() if not ("frozen" in k and n == "conv1.weight")],
                                lr=1e-3) for k, m in models.items()}
     x = torch.randn(a.batch, 3, 224, 224, device="cuda")
@@ -55,6 +65,9 @@ def main() -> None:
         loss.backward()
         ev[2].record()
         opt.step()
+        if k == "convtune, repack after step" and m.conv1._bound is not None:
+            bound = m.conv1._bound
+            ig.packed_weight(m.conv1.weight, bound.pad_w, bound.vec, bound.round_weight)
         ev[3].record()
         return time.perf_counter() - t0
 
