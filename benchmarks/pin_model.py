@@ -6,6 +6,16 @@ library runs; promote's decisions are runs in the store (experiment "pins <model
 
     python benchmarks/pin_model.py --model resnet50 --batch 32 [--store URI] [--pins-file F] [promote overrides]
 
+With --train it decides the calls that record gradients instead, from whole SGD train steps of the model:
+for each shape whose (forward) pin runs convtune's kernel, the converted model against the same model with
+that shape's layers handed back to torch.nn.Conv2d (and torch's own model and an identical twin of it, the
+noise), interleaved in rotated order over --rounds rounds of --steps steps. The kernel keeps the shape's
+training calls only if the converted model was faster in every round; otherwise a "+train" pin says torch.
+A train step can be bound by the host rather than the GPU (ResNet-50 at batch 32 on the H200), where a
+layer-by-layer contest cannot see what a layer's call costs the step; hence the whole step.
+
+    python benchmarks/pin_model.py --train --model resnet50 --batch 32 [--rounds 5 --steps 40] [--pins-file F]
+
 Needs a CUDA GPU and torchvision (random weights: nothing is downloaded). Extra arguments are passed to every
 promote (for example promote.rounds=30).
 """
@@ -13,15 +23,25 @@ promote (for example promote.rounds=30).
 from __future__ import annotations
 
 import argparse
+import copy
+import datetime
+import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+import yaml
 
 import convtune
+from convtune import functional
+from convtune.kernels import pins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,10 +61,19 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--store", default="sqlite:///mlruns/mlflow.db", help="tracking.uri for promote's decisions")
     ap.add_argument("--pins-file", default=None, help="default: the library's pins file")
+    ap.add_argument("--train", action="store_true", help="decide the training calls from whole train steps")
+    ap.add_argument("--rounds", type=int, default=5, help="--train: rounds of interleaved steps")
+    ap.add_argument("--steps", type=int, default=40, help="--train: steps per model per round")
     a, extra = ap.parse_known_args()
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU (pins are per GPU)", file=sys.stderr)
         return 2
+    if a.train:
+        if extra:
+            print(f"error: --train takes no promote overrides (got {' '.join(extra)})", file=sys.stderr)
+            return 2
+        return pin_training(a.model, a.batch, Path(a.pins_file) if a.pins_file else pins.default_path(), a.rounds,
+                            a.steps)
     import torchvision
 
     model = getattr(torchvision.models, a.model)(weights=None).cuda()
@@ -76,6 +105,102 @@ def main() -> int:
               f"{decision[0]} · ms on GPU/from idle GPU {times}", flush=True)
     print(f"\n{len(rows)} promoted or kept, {failed} failed")
     return 1 if failed else 0
+
+
+def pin_training(model_name: str, batch: int, pins_file: Path, rounds: int, steps: int) -> int:
+    import torchvision
+    import triton
+
+    gpu = torch.cuda.get_device_name()
+    precision = functional.default_precision()
+    # The converted model must run the kernel in training wherever the forward pin says so, whatever "+train"
+    # pin is there already: measure against a copy of the pins without any.
+    scratch = Path(tempfile.mkdtemp()) / "pins.yaml"
+    if pins_file.exists():
+        shutil.copy(pins_file, scratch)
+        data = pins.load(scratch)
+        for kernels in data["pins"].values():
+            for entries in (kernels or {}).values():
+                for key in [k for k in (entries or {}) if k.endswith(pins.TRAIN)]:
+                    del entries[key]
+        scratch.write_text(pins.HEADER + yaml.safe_dump(data, sort_keys=True) + pins.END)
+    os.environ[pins.ENV_VAR] = str(scratch)
+    functional.forget_choices()
+    torch.manual_seed(0)
+    x = torch.randn(batch, 3, 224, 224, device="cuda")
+    target = torch.randint(0, 1000, (batch,), device="cuda")
+    ref = getattr(torchvision.models, model_name)(weights=None).cuda().train()
+    found = convtune.nn.problems(ref, x)
+    ours = copy.deepcopy(ref)
+    convtune.nn.convert(ours)
+    contested = []
+    for key, (p, layers) in found.items():
+        value, source = functional.lookup(x.new_empty(p.batch, p.in_channels, p.height, p.width),
+                                          torch.empty(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w),
+                                          p.bias, p.stride, p.padding, p.dilation, precision)
+        if value != pins.TORCH:
+            contested.append((p, layers, value, source))
+    print(f"{gpu} · {model_name} at batch {batch}: {len(found)} distinct convolutions, {len(contested)} run "
+          f"convtune's kernel (forward pins); each contested in whole train steps, {rounds} rounds × {steps} steps")
+    for p, layers, value, source in contested:
+        handed_back = copy.deepcopy(ours)
+        for name, m in handed_back.named_modules():
+            if name in layers:
+                m.__class__ = torch.nn.Conv2d
+        models = {"torch": ref, "torch twin": copy.deepcopy(ref), "converted": ours, "handed back": handed_back}
+        per_round = _interleaved_steps(models, x, target, rounds, steps)
+        ratios = [c / h for c, h in zip(per_round["converted"], per_round["handed back"])]
+        twin = [t / r for t, r in zip(per_round["torch twin"], per_round["torch"])]
+        wins = max(ratios) < 1.0
+        decision = value if wins else pins.TORCH
+        key = pins.pin_key(p.key(), precision, training=True)
+        provenance = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "method": f"benchmarks/pin_model.py --train: whole SGD train steps of {model_name} at batch "
+                                f"{batch}, {rounds} rounds x {steps} steps, interleaved",
+                      "layers": list(layers), "forward_pin": source,
+                      "step_ms_converted": [round(v, 4) for v in per_round["converted"]],
+                      "step_ms_handed_back": [round(v, 4) for v in per_round["handed back"]],
+                      "ratio_per_round": [round(v, 4) for v in ratios],
+                      "twin_ratio_per_round": [round(v, 4) for v in twin],
+                      "torch_version": str(torch.__version__), "triton_version": str(triton.__version__)}
+        pins.write_pin(pins_file, gpu, functional.LIBRARY_KERNEL, key, decision, provenance)
+        print(f"{key} ({', '.join(layers)}): converted / handed back per round "
+              f"{' '.join(f'{v:.4f}' for v in ratios)} (twin / torch {' '.join(f'{v:.4f}' for v in twin)}) → "
+              f"training calls run {pins.describe(decision)} (written to {pins_file})", flush=True)
+        del handed_back
+    shutil.rmtree(scratch.parent, ignore_errors=True)
+    return 0
+
+
+def _interleaved_steps(models: dict, x: torch.Tensor, target: torch.Tensor, rounds: int,
+                       steps: int) -> dict[str, list[float]]:
+    """Per model, the median GPU time of one SGD step (CUDA events, the step synchronised at its end as a
+    loop that reads its loss does) in each round; the models' order rotates every step."""
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    names = list(models)
+
+    def step(k: str) -> float:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        opts[k].zero_grad(set_to_none=True)
+        F.cross_entropy(models[k](x), target).backward()
+        opts[k].step()
+        end.record()
+        torch.cuda.synchronize()
+        return begin.elapsed_time(end)
+
+    for k in names:  # warm-up: compile, cuDNN heuristics, allocator
+        for _ in range(5):
+            step(k)
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        got: dict[str, list[float]] = {k: [] for k in names}
+        for i in range(steps):
+            for k in names[i % len(names):] + names[:i % len(names)]:
+                got[k].append(step(k))
+        for k in names:
+            out[k].append(statistics.median(got[k]))
+    return out
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--extra", action="store_true", help="also the 'stem no grad' and 'repack after step' models")
+    ap.add_argument("--only", default="", help="comma-separated model names to keep (default: all)")
     a = ap.parse_args()
     torch.manual_seed(0)
     ref = torchvision.models.resnet50().cuda().train()
@@ -50,6 +51,12 @@ def main() -> None:
                        "convtune, repack after step": copy.deepcopy(ours)})
         for k in ("torch, stem no grad", "convtune, stem no grad"):
             models[k].conv1.weight.requires_grad_(False)
+    if a.only:
+        models = {k: m for k, m in models.items() if k in a.only.split(",")}
+    probe_x = torch.randn(a.batch, 3, 224, 224, device="cuda")
+    stem_node = type(ours.conv1(probe_x).grad_fn).__name__  # what the converted stem runs in a training call
+    print(f"converted stem in a training call (batch {a.batch}): grad_fn {stem_node} "
+          f"({'torch' if stem_node == 'ConvolutionBackward0' else 'convtune'})")
     opts = {k: torch.optim.SGD([p for n, p in m.named_parameters() if not ("frozen" in k and n == "conv1.weight")],
                                lr=1e-3) for k, m in models.items()}
     x = torch.randn(a.batch, 3, 224, 224, device="cuda")

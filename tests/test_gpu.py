@@ -100,6 +100,36 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     functional.forget_choices()
 
 
+def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_path, monkeypatch):
+    """A "+train" pin that names torch: calls that record gradients run torch (its autograd node, its output
+    bitwise), calls without gradients still run the kernel, and convert's report names both."""
+    import torch.nn.functional as F
+
+    import convtune
+    from convtune import functional
+    from convtune.kernels import pins
+    from convtune.problem import ConvProblem
+
+    layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
+    x = torch.rand(2, 3, 19, 17, device="cuda")
+    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), functional.default_precision(),
+                       training=True)
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    expected = F.conv2d(x, layer.weight, layer.bias, (2, 1), (2, 1))
+    y = layer(x)  # the layer's parameters require gradients: a training call
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0" and torch.equal(y, expected)
+    with torch.no_grad():
+        y = layer(x)
+    torch.testing.assert_close(y, expected, rtol=1e-3, atol=1e-3)
+    assert not torch.equal(y, expected)  # the kernel's output, not cuDNN's
+    report = convtune.nn.convert(torch.nn.Sequential(layer), x)
+    assert report[0].runs.startswith("convtune implicit_gemm ") and "; in training torch (pin " in report[0].runs, report
+    functional.forget_choices()
+
+
 def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change():
     """tests/gpu_scripts/bound_launch.py, compiled (no interpreter): the one-launch weight pack bitwise equal to
     pack_weight on 40 random weights; the bound launch bitwise equal to the full launch path on 24

@@ -263,3 +263,46 @@ def test_occupancy_arithmetic_on_known_figures():
     smem = occupancy(32, 65536, 4, HOPPER)
     assert (smem.blocks_per_sm, smem.limiter) == (3, "shared_memory") and warps_to_try(4, smem) == []
     assert occupancy(16, 0, 32, HOPPER).limiter == "warps"  # 4 blocks fit by registers, 2 by warps
+
+
+def test_a_train_pin_is_found_only_for_training_keys_and_nearest_among_train_pins():
+    train = pins.pin_key(KEY.rpartition("/")[0], "tf32", training=True)
+    assert train == KEY + "+train"
+    data = {"pins": {"G": {"implicit_gemm": {KEY: {"meta": Meta(32, 32, 32, 4, 2).as_dict()},
+                                            train: {"backend": "torch"}}}}}
+    default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
+    assert pins.lookup(data, "G", "implicit_gemm", KEY, default)[0] == Meta(32, 32, 32, 4, 2)  # forward: its own pin
+    assert pins.find(data, "G", "implicit_gemm", train) == (pins.TORCH, f"pin G / implicit_gemm / {train}")
+    value, source = pins.find(data, "G", "implicit_gemm", train.replace("n2-", "n8-"))
+    assert value == pins.TORCH and source.startswith("nearest pin") and source.endswith("+train")
+    del data["pins"]["G"]["implicit_gemm"][train]
+    assert pins.find(data, "G", "implicit_gemm", train) is None  # a forward pin never answers a training key
+
+
+def test_where_a_train_pin_says_torch_calls_recording_gradients_run_torch_and_others_the_kernel(tmp_path, monkeypatch):
+    """ieee, so torch's CPU convolution is bitwise F.conv2d's and the kernel's output is not (as above)."""
+    f = tmp_path / "pins.yaml"
+    ieee_key = KEY.replace("/tf32", "/ieee")
+    pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key + pins.TRAIN, pins.TORCH, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
+    expected = F.conv2d(x, w, b, (2, 1), (2, 1))
+
+    def call(weight):
+        return convtune.conv2d(x, weight, b, stride=(2, 1), padding=(2, 1), precision="ieee")
+
+    plain = call(w)  # records no gradients: the forward pin (none: the kernel's default)
+    assert not torch.equal(plain, expected) and plain.grad_fn is None
+    trained = w.clone().requires_grad_()
+    y = call(trained)  # records gradients: the train pin says torch
+    assert torch.equal(y, expected) and type(y.grad_fn).__name__ == "ConvolutionBackward0"
+    with torch.no_grad():
+        assert not torch.equal(call(trained), expected)  # the same weight, no gradients: the kernel again
+    pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key + pins.TRAIN, Meta(16, 32, 16, 2, 2), {},
+                   expect=pins.TORCH)
+    functional.forget_choices()
+    y = call(trained)  # a train pin that names a configuration: the kernel, with gradients through ours
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(y, expected) and type(y.grad_fn).__name__ != "ConvolutionBackward0"
+    functional.forget_choices()

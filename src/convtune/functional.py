@@ -46,53 +46,62 @@ def _traced_default_precision() -> str:
 
 
 def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-           precision: str) -> tuple[Union[Meta, str], str]:
+           precision: str, training: bool = False) -> tuple[Union[Meta, str], str]:
     """What the library runs for this call (a Meta for convtune's kernel, or pins.TORCH) and where that comes
-    from (pin, nearest pin, default)."""
+    from (pin, nearest pin, default). `training`: the call records gradients (records_gradients), and a
+    "+train" pin for the shape decides first."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias)
     path = pins.default_path()
-    value, source = configured(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision)
-    log.debug("convtune.conv2d %s/%s: %s from %s (%s)", p.key(), precision, pins.describe(value), source, path)
+    value, source = configured(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision, training)
+    log.debug("convtune.conv2d %s/%s%s: %s from %s (%s)", p.key(), precision, " (training)" if training else "",
+              pins.describe(value), source, path)
     return value, source
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, precision: str) -> Union[ig.LaunchPlan, str]:
+          dilation: Any, groups: int, precision: str, training: bool = False) -> Union[ig.LaunchPlan, str]:
     """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH)."""
     if isinstance(padding, str):
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     g, _ = prepare(x, weight, bias, stride, padding, dilation, None, groups)
-    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision)
+    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training)
     if value == pins.TORCH:
         return pins.TORCH
     return ig.make_plan(g, bias is not None, ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision), value,
                         precision)
 
 
+def records_gradients(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> bool:
+    """Whether a call is part of training: autograd records it (a "+train" pin decides such calls)."""
+    return torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
+                                        or (bias is not None and bias.requires_grad))
+
+
 def pinned_to_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
-                    padding: Any, dilation: Any, precision: str, groups: int = 1) -> bool:
+                    padding: Any, dilation: Any, precision: str, groups: int = 1, training: bool = False) -> bool:
     """Whether the pin for this call says torch, decided once per signature (any layout: torch's convolution
     takes them all natively). A call the kernel cannot take answers False, and the kernel's path then raises
     its precise error."""
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.dtype, weight.dtype, None if bias is None else bias.dtype)
+           groups, precision, input.get_device(), input.dtype, weight.dtype, None if bias is None else bias.dtype,
+           training)
     hit = _torch_pinned_cache.get(key)
     if hit is None:
         hit = _torch_pinned_cache[key] = _looks_up_torch(input, weight, bias, stride, padding, dilation, groups,
-                                                         precision)
+                                                         precision, training)
     return hit
 
 
 def _looks_up_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
-                    padding: Any, dilation: Any, groups: int, precision: str) -> bool:
+                    padding: Any, dilation: Any, groups: int, precision: str, training: bool) -> bool:
     if groups != 1 or isinstance(padding, str) or input.dim() != 4 or weight.dim() != 4 or any(
             t is not None and t.dtype is not _F32 for t in (input, weight, bias)):
         return False
     try:
-        return lookup(input, weight, bias is not None, stride, padding, dilation, precision)[0] == pins.TORCH
+        return lookup(input, weight, bias is not None, stride, padding, dilation, precision, training)[0] == pins.TORCH
     except (ConfigError, UnsupportedProblem):  # not a problem the kernel takes: its own path says why
         return False
 
@@ -102,9 +111,9 @@ def _hashable(v: Any) -> Any:
 
 
 def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-         dilation: Any, groups: int, precision: str) -> torch.Tensor:
+         dilation: Any, groups: int, precision: str, training: bool = False) -> torch.Tensor:
     """The kernel itself: the cached plan for this signature (made, with every check, on its first call)."""
-    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision)
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     if not (input.is_contiguous() and weight.is_contiguous() and input.dtype is _F32 and weight.dtype is _F32
@@ -124,15 +133,16 @@ class Bound:
     through _EagerConv, the same backward as the operator's."""
 
     __slots__ = ("shape", "device", "align", "weight", "weight_ptr", "bias", "precision", "generation", "geometry",
-                 "out_shape", "pad_w", "vec", "round_weight", "launch_bound")
+                 "out_shape", "pad_w", "vec", "round_weight", "launch_bound", "training")
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], geometry: tuple[Any, ...],
-                 precision: str, plan: ig.LaunchPlan, launch_bound: ig.BoundLaunch) -> None:
+                 precision: str, plan: ig.LaunchPlan, launch_bound: ig.BoundLaunch, training: bool) -> None:
         self.shape, self.device, self.align = x.shape, x.get_device(), x.data_ptr() & 15
         self.weight, self.weight_ptr, self.bias = weight, weight.data_ptr(), bias
         self.precision, self.generation, self.geometry = precision, pins_generation, geometry
         self.out_shape, self.pad_w, self.vec, self.round_weight = plan.out_shape, plan.pad_w, plan.vec, plan.round_weight
         self.launch_bound = launch_bound
+        self.training = training  # made for calls that record gradients, or for calls that do not
 
     def matches(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> bool:
         return (x.shape == self.shape and x.dtype is _F32 and x.is_contiguous() and x.get_device() == self.device
@@ -141,8 +151,7 @@ class Bound:
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """conv2d for a call that `matches`."""
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                        (bias is not None and bias.requires_grad)):
+        if self.training:  # matches() and the caller have checked that the call records gradients
             return _EagerConv.apply(x, weight, bias, *self.geometry, self.precision, self)
         return self.launch(x, weight, bias)
 
@@ -154,21 +163,22 @@ class Bound:
 
 
 def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-         dilation: Any, precision: str) -> Optional[Bound]:
+         dilation: Any, precision: str, training: bool = False) -> Optional[Bound]:
     """A Bound for this call, whose pin says convtune's kernel (the caller has checked), or None where the call
     cannot have one (off CUDA, a layout other than NCHW-contiguous, a Triton without a bindable runner). Every
     check of the full path runs here, once."""
     if not (input.is_cuda and input.is_contiguous() and weight.is_contiguous()
             and (bias is None or bias.is_contiguous())):
         return None
-    plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision)
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision, training)
     prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
     if plan is pins.TORCH:
         return None
     launch_bound = ig.bind(plan, input, weight, bias)
     if launch_bound is None:
         return None
-    return Bound(input, weight, bias, (_pair(stride), _pair(padding), _pair(dilation)), precision, plan, launch_bound)
+    return Bound(input, weight, bias, (_pair(stride), _pair(padding), _pair(dilation)), precision, plan, launch_bound,
+                 training)
 
 
 class _EagerConv(torch.autograd.Function):
@@ -183,7 +193,7 @@ class _EagerConv(torch.autograd.Function):
         ctx.has_bias, ctx.geometry = bias is not None, (stride, padding, dilation)
         if bound is not None:
             return bound.launch(input, weight, bias)
-        return _run(input, weight, bias, stride, padding, dilation, 1, precision)
+        return _run(input, weight, bias, stride, padding, dilation, 1, precision, training=True)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
@@ -191,12 +201,12 @@ class _EagerConv(torch.autograd.Function):
 
 
 def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                 dilation: Any, groups: int, precision: str) -> Union[ig.LaunchPlan, str]:
+                 dilation: Any, groups: int, precision: str, training: bool = False) -> Union[ig.LaunchPlan, str]:
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.data_ptr() & 15)
+           groups, precision, input.get_device(), input.data_ptr() & 15, training)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision)
+        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training)
     return plan
 
 
@@ -282,7 +292,8 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     torch.compile inside the operator, as the pin is read when the call runs)."""
     compiling = torch.compiler.is_compiling()
     precision = precision or (_traced_default_precision() if compiling else default_precision())
-    if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups):
+    if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
+                                         records_gradients(input, weight, bias)):
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
 
@@ -295,8 +306,7 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     fmt = output_format(input, weight)
     input, weight = input.contiguous(), weight.contiguous()  # no copy when already NCHW
     bias = None if bias is None else bias.contiguous()
-    needs_op = compiling or (torch.is_grad_enabled() and (
-        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)))
+    needs_op = compiling or records_gradients(input, weight, bias)
     if not needs_op:
         out = _run(input, weight, bias, stride, padding, dilation, groups, precision)
     else:

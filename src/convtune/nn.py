@@ -47,15 +47,17 @@ class Conv2d(torch.nn.Conv2d):
                 if self.why_torch(x) is None else super().forward(x)
         precision = default_precision()
         weight, bias, bound = self.weight, self.bias, self._bound
-        if bound is not None and bound.matches(x, weight, bias, precision):
+        training = functional.records_gradients(x, weight, bias)  # a "+train" pin decides those calls
+        if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
-        sig = (x.shape, x.dtype, x.device, functional.pins_generation, precision)
+        sig = (x.shape, x.dtype, x.device, functional.pins_generation, precision, training)
         if sig == self._torch_for:
             return self._conv_forward(x, weight, bias)
         if self.why_torch(x) is None:
-            if not functional.pinned_to_torch(x, weight, bias, self.stride, self.padding, self.dilation, precision):
+            if not functional.pinned_to_torch(x, weight, bias, self.stride, self.padding, self.dilation, precision,
+                                              training=training):
                 bound = self._bound = functional.bind(x, weight, bias, self.stride, self.padding, self.dilation,
-                                                      precision)
+                                                      precision, training)
                 if bound is not None:
                     return bound(x, weight, bias)
                 return functional.kernel_conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1,
@@ -110,7 +112,8 @@ def convert(model: torch.nn.Module, example_input: Any = None) -> Report:
     stay as they are; subclasses of nn.Conv2d are left alone). Returns the report: per convolution, whether
     it runs convtune's kernel (and, given `example_input` to run the model once without gradients, the
     configuration for that input's shape and where it comes from) or torch's convolution, and why (the kernel
-    cannot take it, or a pin says torch is faster for that shape). The example
+    cannot take it, or a pin says torch is faster for that shape), and what its training calls run where a
+    "+train" pin decides them differently. The example
     forward runs in eval mode and leaves the model as it was (running statistics, train/eval flags)."""
     swapped = []
     for name, module in model.named_modules():
@@ -173,8 +176,13 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> str:
         return "not called by the example input" if ran else "convtune (configuration per input shape: pins)"
     try:
         value, source = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
+        in_training = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
+                             training=True)
     except UnsupportedProblem as e:
         return f"torch: {e}"
-    if value == TORCH:
-        return f"torch: pinned, faster on this GPU ({source})"
-    return f"convtune implicit_gemm {value.short()} ({source})"
+    runs = f"torch: pinned, faster on this GPU ({source})" if value == TORCH else \
+        f"convtune implicit_gemm {value.short()} ({source})"
+    if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
+        runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
+            f" ({in_training[1]})"
+    return runs

@@ -36,12 +36,19 @@ VARIANTS: dict[str, KernelVariant] = {
 }
 
 
-def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[pins.Pinned, str]:
+def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,
+               training: bool = False) -> tuple[pins.Pinned, str]:
     """What the library runs for a call: the pin for (gpu, variant, problem, precision), else the nearest
     pinned shape of the same geometry, else the variant's default for the problem's class. A pin may say
-    pins.TORCH (torch's convolution won the contest for that key). `problem` is a convtune.problem.ConvProblem
-    (key(), out_channels, stride, width). Returns (Meta or pins.TORCH, source)."""
-    return pins.lookup(pins.load(pins_file), gpu, variant.name, pins.pin_key(problem.key(), precision),
+    pins.TORCH (torch's convolution won the contest for that key). `training` (a call that records
+    gradients): a "+train" pin for the shape, exact or nearest, comes first. `problem` is a
+    convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (Meta or pins.TORCH, source)."""
+    data = pins.load(pins_file)
+    if training:
+        found = pins.find(data, gpu, variant.name, pins.pin_key(problem.key(), precision, training=True))
+        if found is not None:
+            return found
+    return pins.lookup(data, gpu, variant.name, pins.pin_key(problem.key(), precision),
                        lambda: _default(variant, problem, precision))
 
 

@@ -2,7 +2,9 @@
 
 Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") →
 {meta: {BLOCK_M, ...}, provenance: {...}}, or {backend: torch, provenance: {...}} where torch's own convolution
-(cuDNN on a GPU) won the contest for that key: the library then runs torch for it. Writes take a file lock, re-read the file under it, change one
+(cuDNN on a GPU) won the contest for that key: the library then runs torch for it. A key ending in "+train"
+("<shape key>/<precision>+train", written by benchmarks/pin_model.py --train from whole train steps of a model)
+decides the calls that record gradients; where a shape has none, those calls follow the plain key. Writes take a file lock, re-read the file under it, change one
 entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
 and two promotes at once both land. A file that does not parse is refused and never overwritten.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 import yaml
 from filelock import FileLock
@@ -45,8 +47,11 @@ def default_path() -> Path:
     return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else PACKAGE_PINS
 
 
-def pin_key(problem_key: str, precision: str) -> str:
-    return f"{problem_key}/{precision}"
+TRAIN = "+train"  # the suffix of a pin key that decides calls recording gradients (training)
+
+
+def pin_key(problem_key: str, precision: str, training: bool = False) -> str:
+    return f"{problem_key}/{precision}{TRAIN if training else ''}"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -164,6 +169,13 @@ def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
     """What is pinned for this exact key (a Meta, or TORCH); else for the nearest pinned shape with the same
     kernel geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in
     batch·H·W); else the kernel's default. Returns (value, where it came from)."""
+    found = find(data, gpu, kernel, key)
+    return found if found is not None else (default(), f"{kernel} default (no pin for {gpu})")
+
+
+def find(data: dict[str, Any], gpu: str, kernel: str, key: str) -> Optional[tuple[Pinned, str]]:
+    """lookup without the default: the exact pin, else the nearest of the same geometry, else None. A "+train"
+    key finds only "+train" pins (the suffix is part of the geometry)."""
     pins = entries(data, gpu, kernel)
     if key in pins:
         return pinned(pins[key]), f"pin {gpu} / {kernel} / {key}"
@@ -172,4 +184,4 @@ def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
     if near:
         k = min(near)[1]
         return pinned(pins[k]), f"nearest pin {gpu} / {kernel} / {k}"
-    return default(), f"{kernel} default (no pin for {gpu})"
+    return None
