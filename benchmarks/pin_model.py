@@ -41,7 +41,7 @@ import yaml
 
 import convtune
 from convtune import functional
-from convtune.kernels import pins
+from convtune.kernels import configured, get_variant, pins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,13 +65,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="--train: rounds of interleaved steps")
     ap.add_argument("--steps", type=int, default=40, help="--train: steps per model per round")
     a, extra = ap.parse_known_args()
-    if not torch.cuda.is_available():
-        print("error: needs a CUDA GPU (pins are per GPU)", file=sys.stderr)
-        return 2
     if a.train:
         if extra:
             print(f"error: --train takes no promote overrides (got {' '.join(extra)})", file=sys.stderr)
             return 2
+        if a.rounds < 1 or a.steps < 1:
+            print(f"error: --rounds and --steps must be at least 1 (got --rounds {a.rounds} --steps {a.steps})",
+                  file=sys.stderr)
+            return 2
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA GPU (pins are per GPU)", file=sys.stderr)
+        return 2
+    if a.train:
         return pin_training(a.model, a.batch, Path(a.pins_file) if a.pins_file else pins.default_path(), a.rounds,
                             a.steps)
     import torchvision
@@ -108,24 +113,29 @@ def main() -> int:
 
 
 def pin_training(model_name: str, batch: int, pins_file: Path, rounds: int, steps: int) -> int:
-    import torchvision
-    import triton
-
     gpu = torch.cuda.get_device_name()
     precision = functional.default_precision()
     # The converted model must run the kernel in training wherever the forward pin says so, whatever "+train"
-    # pin is there already: measure against a copy of the pins without any.
+    # pin is there already: measure against a copy of the pins without any (load refuses a broken file).
+    data = pins.load(pins_file)
+    for entries in (e for kernels in data["pins"].values() for e in (kernels or {}).values() if e):
+        for key in [k for k in entries if k.endswith(pins.TRAIN)]:
+            del entries[key]
     scratch = Path(tempfile.mkdtemp()) / "pins.yaml"
-    if pins_file.exists():
-        shutil.copy(pins_file, scratch)
-        data = pins.load(scratch)
-        for kernels in data["pins"].values():
-            for entries in (kernels or {}).values():
-                for key in [k for k in (entries or {}) if k.endswith(pins.TRAIN)]:
-                    del entries[key]
-        scratch.write_text(pins.HEADER + yaml.safe_dump(data, sort_keys=True) + pins.END)
+    scratch.write_text(yaml.safe_dump(data))
     os.environ[pins.ENV_VAR] = str(scratch)
     functional.forget_choices()
+    try:
+        return _contest_training(model_name, batch, pins_file, scratch, rounds, steps, gpu, precision)
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+
+
+def _contest_training(model_name: str, batch: int, pins_file: Path, scratch: Path, rounds: int, steps: int,
+                      gpu: str, precision: str) -> int:
+    import torchvision
+    import triton
+
     torch.manual_seed(0)
     x = torch.randn(batch, 3, 224, 224, device="cuda")
     target = torch.randint(0, 1000, (batch,), device="cuda")
@@ -133,11 +143,10 @@ def pin_training(model_name: str, batch: int, pins_file: Path, rounds: int, step
     found = convtune.nn.problems(ref, x)
     ours = copy.deepcopy(ref)
     convtune.nn.convert(ours)
+    variant = get_variant(functional.LIBRARY_KERNEL)
     contested = []
-    for key, (p, layers) in found.items():
-        value, source = functional.lookup(x.new_empty(p.batch, p.in_channels, p.height, p.width),
-                                          torch.empty(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w),
-                                          p.bias, p.stride, p.padding, p.dilation, precision)
+    for p, layers in found.values():
+        value, source = configured(variant, scratch, gpu, p, precision)  # what the library's forward runs
         if value != pins.TORCH:
             contested.append((p, layers, value, source))
     print(f"{gpu} · {model_name} at batch {batch}: {len(found)} distinct convolutions, {len(contested)} run "
@@ -168,7 +177,6 @@ def pin_training(model_name: str, batch: int, pins_file: Path, rounds: int, step
               f"{' '.join(f'{v:.4f}' for v in ratios)} (twin / torch {' '.join(f'{v:.4f}' for v in twin)}) → "
               f"training calls run {pins.describe(decision)} (written to {pins_file})", flush=True)
         del handed_back
-    shutil.rmtree(scratch.parent, ignore_errors=True)
     return 0
 
 

@@ -151,7 +151,7 @@ class Bound:
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """conv2d for a call that `matches`."""
-        if self.training:  # matches() and the caller have checked that the call records gradients
+        if self.training:  # made for calls that record gradients: nn.Conv2d.forward calls it only for those
             return _EagerConv.apply(x, weight, bias, *self.geometry, self.precision, self)
         return self.launch(x, weight, bias)
 
