@@ -1,5 +1,6 @@
 """Host overhead of the library call on a pinned shape: convtune.conv2d vs the launcher vs a bare launch; and,
-where a pin says torch, convtune.conv2d and convtune.nn.Conv2d against torch's own F.conv2d and nn.Conv2d.
+where a pin says torch, convtune.conv2d against F.conv2d, and convtune.nn.Conv2d against torch.nn.Conv2d (the same
+layer object taking turns as either class, without and with gradients).
 
     python benchmarks/overhead.py      (GPU; the problem is tiny so the GPU work is negligible)
 
@@ -8,6 +9,7 @@ the host-side cost (the GPU queue never drains for so small a kernel).
 """
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -81,18 +83,47 @@ def main() -> None:
         pins.write_pin(Path(d) / "pins.yaml", torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
         os.environ[pins.ENV_VAR] = str(Path(d) / "pins.yaml")
         functional.forget_choices()
-        ours, theirs = convtune.nn.Conv2d(4, 16, 3, padding=1).cuda(), torch.nn.Conv2d(4, 16, 3, padding=1).cuda()
         with torch.no_grad():
             pinned = [(name, per_call_us(fn)) for name, fn in (
                 ("torch F.conv2d", lambda: torch.nn.functional.conv2d(x, w, b, 1, 1)),
-                ("convtune.conv2d", lambda: convtune.conv2d(x, w, b, stride=1, padding=1)),
-                ("torch.nn.Conv2d", lambda: theirs(x)), ("convtune.nn.Conv2d", lambda: ours(x)))]
+                ("convtune.conv2d", lambda: convtune.conv2d(x, w, b, stride=1, padding=1)))]
+        # The module: one layer whose class alternates between torch.nn.Conv2d and convtune.nn.Conv2d (the same
+        # object, parameters and input), in blocks of calls, so that the host's drift (several us between
+        # processes here) hits both alike; without and with gradients (a training call records a node).
+        layer = convtune.nn.Conv2d(4, 16, 3, padding=1).cuda()
+        modules = {}
+        for mode, ctx in (("no grad", torch.no_grad), ("training calls", torch.enable_grad)):
+            with ctx():
+                modules[mode] = alternating(layer, x)
         del os.environ[pins.ENV_VAR]
         functional.forget_choices()
-    print("pinned to torch (no grad):")
-    for (name, us), base in zip(pinned, (None, pinned[0][1], None, pinned[2][1])):
-        print(f"{name:22s} {us:7.2f} us/call" + (f"   (+{us - base:.2f} us over torch's own)" if base else ""))
+    print("pinned to torch:")
+    print(f"{'torch F.conv2d':22s} {pinned[0][1]:7.2f} us/call")
+    print(f"{'convtune.conv2d':22s} {pinned[1][1]:7.2f} us/call   ({pinned[1][1] - pinned[0][1]:+.2f} us over F.conv2d)")
+    for mode, (theirs, ours, diff) in modules.items():
+        print(f"module, {mode}: torch.nn.Conv2d {theirs:6.2f} us/call, convtune.nn.Conv2d {ours:6.2f} us/call, "
+              f"median paired difference {diff:+.2f} us")
 
+
+def alternating(layer: torch.nn.Module, x: torch.Tensor, blocks: int = 30, calls: int = 1000) -> tuple[float, float, float]:
+    """Median us per call of `layer` as torch.nn.Conv2d and as convtune.nn.Conv2d, blocks of `calls` calls
+    taking turns, and the median of the per-block differences (convtune minus torch)."""
+    def block(cls: type) -> float:
+        object.__setattr__(layer, "__class__", cls)  # not convtune's __setattr__, which drops cached decisions
+        for _ in range(100):
+            layer(x)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            layer(x)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / calls * 1e6
+    theirs, ours = [], []
+    for _ in range(blocks):
+        theirs.append(block(torch.nn.Conv2d))
+        ours.append(block(convtune.nn.Conv2d))
+    return (statistics.median(theirs), statistics.median(ours),
+            statistics.median(o - t for o, t in zip(ours, theirs)))
 
 if __name__ == "__main__":
     main()

@@ -119,3 +119,24 @@ def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_l
     }
     p, _ = found["n2-c8-h10-w12-k4-r1x1-s2x2-p0x0-d1x1-g1-bias-nchw-float32"]
     assert (p.name, p.out_h, p.out_w, p.init) == ("5", 5, 6, "randn") and model.training  # modes restored
+
+
+def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
+    """leave_torch_layers: the layers that run torch for the example input (here all of them that it calls: CPU
+    tensors) go back to torch.nn.Conv2d and the report says so; a layer it does not call stays convtune's;
+    without an example input the option is refused in one line."""
+    net = Net()
+    x = torch.rand(2, 3, 8, 8)
+    before = net(x)
+    report = convtune.nn.convert(net, example_input=x, leave_torch_layers=True)
+    runs = {s.name: s.runs for s in report}
+    assert runs["stem"] == "torch: input on cpu (the kernel runs on CUDA tensors); left as torch.nn.Conv2d"
+    assert runs["blocks.0"] == "torch: groups=4 (the kernel takes groups=1); left as torch.nn.Conv2d"
+    assert type(net.stem) is torch.nn.Conv2d and type(net.blocks[0]) is torch.nn.Conv2d
+    assert type(net.unused) is convtune.nn.Conv2d and runs["unused"] == "not called by the example input"
+    assert str(report).splitlines()[-1] == ("1 convolution(s) swapped and 4 left as torch.nn.Conv2d: 0 run convtune's "
+                                            "kernel, 4 torch's, 1 not called by the example input")
+    torch.testing.assert_close(net(x), before)
+    with pytest.raises(ValueError, match="^leave_torch_layers needs an example_input: which layers run torch "
+                                         "depends on the input$"):
+        convtune.nn.convert(Net(), leave_torch_layers=True)

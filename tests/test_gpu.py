@@ -130,11 +130,44 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     functional.forget_choices()
 
 
+def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(tmp_path, monkeypatch):
+    """convert(leave_torch_layers=True) on the GPU: a layer whose plain and "+train" pins both say torch goes back
+    to torch.nn.Conv2d; one whose "+train" pin names a configuration, and one with no pin (the kernel's default),
+    stay convtune's."""
+    import convtune
+    from convtune import functional
+    from convtune.kernels import pins
+    from convtune.kernels.common import Meta
+    from convtune.problem import ConvProblem
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1),
+                              torch.nn.Conv2d(8, 8, 1)).cuda()
+    x = torch.rand(2, 3, 12, 12, device="cuda")
+    first, second = (ConvProblem("", 2, c, 12, 12, 8, 3, 3, (1, 1), (1, 1)).key() for c in (3, 8))
+    f = tmp_path / "pins.yaml"
+    gpu, prec = torch.cuda.get_device_name(), functional.default_precision()
+    for key, value in ((pins.pin_key(first, prec), pins.TORCH), (pins.pin_key(first, prec, training=True), pins.TORCH),
+                       (pins.pin_key(second, prec), pins.TORCH),
+                       (pins.pin_key(second, prec, training=True), Meta(32, 32, 32, 4, 2))):
+        pins.write_pin(f, gpu, "implicit_gemm", key, value, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    with torch.no_grad():
+        before = net(x)
+    report = convtune.nn.convert(net, example_input=x, leave_torch_layers=True)
+    assert [type(m) for m in net] == [torch.nn.Conv2d, convtune.nn.Conv2d, convtune.nn.Conv2d], str(report)
+    assert report[0].runs.endswith("; left as torch.nn.Conv2d") and "; in training convtune" in report[1].runs
+    assert report[2].runs.startswith("convtune implicit_gemm "), str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), before, rtol=1e-3, atol=1e-3)
+    functional.forget_choices()
+
+
 def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change():
     """tests/gpu_scripts/bound_launch.py, compiled (no interpreter): the one-launch weight pack bitwise equal to
     pack_weight on 40 random weights; the bound launch bitwise equal to the full launch path on 24
     random shapes; right after an in-place weight update, new weight storage, a new padding, an unaligned input;
-    gradients equal to torch's."""
+    gradients equal to torch's; a weight-normed layer (both weight_norm APIs) gives torch's outputs and gradients."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "tests/gpu_scripts/bound_launch.py"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)

@@ -9,20 +9,20 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
 from convtune import functional
 from convtune.functional import conv2d, default_precision, lookup
 from convtune.kernels.pins import TORCH
+from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
 
 
 class Conv2d(torch.nn.Conv2d):
     # The last input signature the pins sent to torch: the next call with it goes straight to torch's
-    # convolution: a layer pinned to torch then costs 1.3 us a call over torch.nn.Conv2d, against 6.0 us through
-    # convtune.conv2d (H200, benchmarks/overhead.py, at db9fdcb).
-    # Torch's convolution is right for any call, so an entry gone stale (a layer attribute changed) can only
-    # cost speed, never correctness.
+    # convolution. Dropped, with _bound, whenever a layer attribute is set (stride, padding, padding_mode, ...,
+    # and train()/eval()), so the shortcut may call F.conv2d with the layer's geometry directly.
     _torch_for: Any = None
     # The last signature that runs our kernel, bound (functional.Bound): a call that matches it launches the
     # bound binary directly, skipping the pin lookup, the plan cache and Triton's argument binding.
@@ -31,6 +31,7 @@ class Conv2d(torch.nn.Conv2d):
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in ("_bound", "_torch_for"):  # stride, padding, groups, ... changed: decide again
             self.__dict__.pop("_bound", None)
+            self.__dict__.pop("_torch_for", None)
         super().__setattr__(name, value)
 
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
@@ -45,14 +46,25 @@ class Conv2d(torch.nn.Conv2d):
         if torch.compiler.is_compiling():  # traced: no per-instance state; the operator reads the pin at run time
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
                 if self.why_torch(x) is None else super().forward(x)
-        precision = default_precision()
-        weight, bias, bound = self.weight, self.bias, self._bound
-        training = functional.records_gradients(x, weight, bias)  # a "+train" pin decides those calls
+        # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
+        # a dev CPU against 0.03 us for a dict read); reading them from _parameters pays for part of the checks
+        # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
+        # train step (benchmarks/train_step_ab.py, probe_module_host.py): convert(leave_torch_layers=True).
+        params = self._parameters
+        if type(self) is Conv2d and "weight" in params and "bias" in params:
+            weight, bias = params["weight"], params["bias"]
+        else:  # a subclass, or weight_norm and the like moved a parameter: ordinary attribute lookup
+            weight, bias = self.weight, self.bias
+        tf32 = cudnn_allows_tf32()
+        training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
+            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        bound = self._bound
+        precision = "tf32" if tf32 else "ieee"  # default_precision()
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
-        sig = (x.shape, x.dtype, x.device, functional.pins_generation, precision, training)
+        sig = (x.shape, x.dtype, x.device, functional.pins_generation, tf32, training)
         if sig == self._torch_for:
-            return self._conv_forward(x, weight, bias)
+            return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1)
         if self.why_torch(x) is None:
             if not functional.pinned_to_torch(x, weight, bias, self.stride, self.padding, self.dilation, precision,
                                               training=training):
@@ -103,18 +115,29 @@ class Report(list):
         lines += [f"{s.name:<{width}}  {s.runs}   [{s.layer}]" for s in self]
         ours, torch_ = (sum(s.runs.startswith(w) for s in self) for w in ("convtune", "torch"))
         idle = len(self) - ours - torch_
-        return "\n".join(lines + [f"{len(self)} convolution(s) swapped: {ours} run convtune's kernel, {torch_} "
-                                  f"torch's" + (f", {idle} not called by the example input" if idle else "")])
+        left = sum(s.runs.endswith("; left as torch.nn.Conv2d") for s in self)
+        return "\n".join(lines + [f"{len(self) - left} convolution(s) swapped"
+                                  + (f" and {left} left as torch.nn.Conv2d" if left else "")
+                                  + f": {ours} run convtune's kernel, {torch_} torch's"
+                                  + (f", {idle} not called by the example input" if idle else "")])
 
 
-def convert(model: torch.nn.Module, example_input: Any = None) -> Report:
+def convert(model: torch.nn.Module, example_input: Any = None, *, leave_torch_layers: bool = False) -> Report:
     """Make every torch.nn.Conv2d of `model` a convtune.nn.Conv2d, in place (parameters, buffers and hooks
     stay as they are; subclasses of nn.Conv2d are left alone). Returns the report: per convolution, whether
     it runs convtune's kernel (and, given `example_input` to run the model once without gradients, the
     configuration for that input's shape and where it comes from) or torch's convolution, and why (the kernel
     cannot take it, or a pin says torch is faster for that shape), and what its training calls run where a
-    "+train" pin decides them differently. The example
-    forward runs in eval mode and leaves the model as it was (running statistics, train/eval flags)."""
+    "+train" pin decides them differently. The example forward runs in eval mode and leaves the model as it
+    was (running statistics, train/eval flags).
+
+    `leave_torch_layers` (needs `example_input`): a layer that runs torch for the input it first sees there,
+    in calls without gradients and in training calls alike, goes back to torch.nn.Conv2d, so that it costs
+    no host time over torch's at all (convtune's module checks each call's signature: about 3 us a call on
+    the H200's host, 1 % of a batch-32 ResNet-50 train step, which waits on the host; benchmarks/
+    train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes."""
+    if leave_torch_layers and example_input is None:
+        raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
     swapped = []
     for name, module in model.named_modules():
         if type(module) is torch.nn.Conv2d:
@@ -122,7 +145,28 @@ def convert(model: torch.nn.Module, example_input: Any = None) -> Report:
         if isinstance(module, Conv2d):
             swapped.append((name, module))
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
-    return Report(Swap(name, repr(m), _runs(m, seen.get(name), example_input is not None)) for name, m in swapped)
+    report = Report()
+    for name, m in swapped:
+        runs = _runs(m, seen.get(name), example_input is not None)
+        if leave_torch_layers and type(m) is Conv2d and name in seen and _torch_in_both_modes(m, seen[name], runs):
+            m.__class__ = torch.nn.Conv2d
+            runs += "; left as torch.nn.Conv2d"
+        report.append(Swap(name, repr(m), runs))
+    return report
+
+
+def _torch_in_both_modes(m: Conv2d, x: torch.Tensor, runs: str) -> bool:
+    """Whether `m` runs torch for `x` in calls without gradients and in training calls (its report line)."""
+    if not runs.startswith("torch"):
+        return False
+    if m.why_torch(x) is not None:  # the kernel cannot take the layer or this input: torch in every mode
+        return True
+    try:
+        value, _ = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
+                          training=True)
+    except UnsupportedProblem:  # as in _runs: a problem the kernel does not take runs torch
+        return True
+    return value == TORCH
 
 
 def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[ConvProblem, list[str]]]:

@@ -74,4 +74,32 @@ xr = x.clone().requires_grad_()
 rx, rw, rb = torch.autograd.grad(ref(xr), (xr, layer.weight, layer.bias), g)
 for a, b in ((gx, rx), (gw, rw), (gb, rb)):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+
+# 3. Weights that are not plain parameters: the module reads its parameters straight from _parameters (cheaper
+# than Module.__getattr__); a parametrization (a subclass with a `weight` property) or the old weight_norm
+# (weight removed from _parameters, recomputed by a pre-hook) must still give the computed weight.
+import warnings  # noqa: E402
+
+from torch.nn.utils import parametrizations  # noqa: E402
+
+for make in (lambda m: parametrizations.weight_norm(m), lambda m: torch.nn.utils.weight_norm(m)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the old weight_norm is deprecated
+        torch.manual_seed(0)
+        theirs = make(torch.nn.Conv2d(3, 16, 5, stride=2, padding=2).cuda())
+        torch.manual_seed(0)
+        layer = make(convtune.nn.Conv2d(3, 16, 5, stride=2, padding=2).cuda())
+    for step in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), theirs(x), rtol=1e-4, atol=1e-4)
+        ours_loss, their_loss = layer(x).square().sum(), theirs(x).square().sum()
+        ours_grads = torch.autograd.grad(ours_loss, [p for p in layer.parameters()])
+        their_grads = torch.autograd.grad(their_loss, [p for p in theirs.parameters()])
+        for a, b in zip(ours_grads, their_grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+        with torch.no_grad():  # a step on the underlying parameters: the next call sees the new weight
+            for p, g in zip(layer.parameters(), ours_grads):
+                p.sub_(1e-3 * g)
+            for p, g in zip(theirs.parameters(), their_grads):
+                p.sub_(1e-3 * g)
 print("ok")
