@@ -122,19 +122,21 @@ def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_l
 
 
 def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
-    """leave_torch_layers: the layers that run torch for the example input (here all of them that it calls: CPU
-    tensors) go back to torch.nn.Conv2d and the report says so; a layer it does not call stays convtune's;
-    without an example input the option is refused in one line."""
+    """leave_torch_layers: the layers the kernel cannot take go back to torch.nn.Conv2d and the report says so; a
+    plain layer seen on the CPU stays convtune's (the pins decide on the GPU, where the model may yet go), as does
+    a layer the example does not call; without an example input the option is refused in one line."""
     net = Net()
     x = torch.rand(2, 3, 8, 8)
     before = net(x)
     report = convtune.nn.convert(net, example_input=x, leave_torch_layers=True)
     runs = {s.name: s.runs for s in report}
-    assert runs["stem"] == "torch: input on cpu (the kernel runs on CUDA tensors); left as torch.nn.Conv2d"
+    assert runs["stem"] == "torch: input on cpu (the kernel runs on CUDA tensors)"
     assert runs["blocks.0"] == "torch: groups=4 (the kernel takes groups=1); left as torch.nn.Conv2d"
-    assert type(net.stem) is torch.nn.Conv2d and type(net.blocks[0]) is torch.nn.Conv2d
-    assert type(net.unused) is convtune.nn.Conv2d and runs["unused"] == "not called by the example input"
-    assert str(report).splitlines()[-1] == ("1 convolution(s) swapped and 4 left as torch.nn.Conv2d: 0 run convtune's "
+    assert runs["blocks.3"] == "torch: padding_mode='reflect' (the kernel pads with zeros); left as torch.nn.Conv2d"
+    assert [type(m) for m in (net.stem, net.blocks[0], net.blocks[2], net.blocks[3], net.unused)] == \
+        [convtune.nn.Conv2d, torch.nn.Conv2d, torch.nn.Conv2d, torch.nn.Conv2d, convtune.nn.Conv2d]
+    assert runs["unused"] == "not called by the example input"
+    assert str(report).splitlines()[-1] == ("2 convolution(s) swapped and 3 left as torch.nn.Conv2d: 0 run convtune's "
                                             "kernel, 4 torch's, 1 not called by the example input")
     torch.testing.assert_close(net(x), before)
     with pytest.raises(ValueError, match="^leave_torch_layers needs an example_input: which layers run torch "

@@ -132,7 +132,8 @@ def convert(model: torch.nn.Module, example_input: Any = None, *, leave_torch_la
     was (running statistics, train/eval flags).
 
     `leave_torch_layers` (needs `example_input`): a layer that runs torch for the input it first sees there,
-    in calls without gradients and in training calls alike, goes back to torch.nn.Conv2d, so that it costs
+    in calls without gradients and in training calls alike (a CUDA input, so that the pins decide; or a layer
+    the kernel cannot take at all), goes back to torch.nn.Conv2d, so that it costs
     no host time over torch's at all (convtune's module checks each call's signature: about 3 us a call on
     the H200's host, 1 % of a batch-32 ResNet-50 train step, which waits on the host; benchmarks/
     train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes."""
@@ -159,7 +160,11 @@ def _torch_in_both_modes(m: Conv2d, x: torch.Tensor, runs: str) -> bool:
     """Whether `m` runs torch for `x` in calls without gradients and in training calls (its report line)."""
     if not runs.startswith("torch"):
         return False
-    if m.why_torch(x) is not None:  # the kernel cannot take the layer or this input: torch in every mode
+    if _why_layer(m) is not None:  # the kernel cannot take the layer (groups, padding mode, ...): any input
+        return True
+    if not x.is_cuda:  # the pins decide on the GPU, where the model may yet go: not decided by this input
+        return False
+    if _why_input(x) is not None:  # this input's dtype or rank
         return True
     try:
         value, _ = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
