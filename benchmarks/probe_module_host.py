@@ -149,7 +149,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = torchvision.models.resnet50(weights=None).cuda()
     x = torch.randn(a.batch, 3, 224, 224, device="cuda")
-    convtune.nn.convert(model, example_input=x)
+    convtune.nn.convert(model, example_input=x, leave_torch_layers=False)  # every layer swapped: they take turns
     model.train()
     convs = [m for m in model.modules() if isinstance(m, convtune.nn.Conv2d)]
     stem = model.conv1

@@ -3,9 +3,10 @@ batch 32, where a train step is host-bound and round medians scatter by ±2–4 
 
 One model, torchvision's ResNet-50 converted in place (convtune.nn.convert, running what the pins say), timed
 in four ways that differ only in its convolutions' classes: torch.nn.Conv2d ("torch"), convtune.nn.Conv2d
-("convtune"), convtune.nn.Conv2d except on the layers that convert(..., leave_torch_layers=True) leaves as
-torch's, and torch.nn.Conv2d again ("torch again": what "no difference" looks like). The same parameters,
-optimizer, tensors and Python objects in all four, so the difference is the conversion alone. (Separate
+on every layer ("convtune": convert(..., leave_torch_layers=False)), convtune.nn.Conv2d except on the layers
+that convert(model, example_input) leaves as torch's by default, and torch.nn.Conv2d again ("torch again": what
+"no difference" looks like). The same parameters, optimizer, tensors and Python objects in all four, so the
+difference is the conversion alone. (Separate
 copies are not equal: in a first run the deep copy of torch's model ran 1 % faster than the model itself at
 batch 32, interval 0.982–0.996; docs/evidence/h200_issue11_ab_first.txt.)
 
@@ -69,7 +70,7 @@ def measure(batch: int, mode: str, n: int, warmup: int) -> None:
     x = torch.randn(batch, 3, 224, 224, device="cuda")
     left = {s.name for s in convtune.nn.convert(copy.deepcopy(model), example_input=x, leave_torch_layers=True)
             if s.runs.endswith("; left as torch.nn.Conv2d")}
-    report = convtune.nn.convert(model, example_input=x)
+    report = convtune.nn.convert(model, example_input=x, leave_torch_layers=False)  # every layer: the classes take turns
     named = [(name, m) for name, m in model.named_modules() if isinstance(m, convtune.nn.Conv2d)]
     ours = sum(s.runs.startswith("convtune") for s in report)
     train_kernel = sum(s.runs.startswith("convtune") and "; in training torch" not in s.runs for s in report)

@@ -68,7 +68,7 @@ def test_convert_swaps_every_conv_in_place_and_says_what_each_runs():
     x = torch.rand(2, 3, 8, 8)
     before, state = net(x), {k: v.clone() for k, v in net.state_dict().items()}
     stem_weight = net.stem.weight
-    report = convtune.nn.convert(net, example_input=x)
+    report = convtune.nn.convert(net, example_input=x, leave_torch_layers=False)
     assert all(type(m) is convtune.nn.Conv2d for m in net.modules() if isinstance(m, torch.nn.Conv2d))
     assert net.stem.weight is stem_weight and net.state_dict().keys() == state.keys()
     torch.testing.assert_close(net(x), before)  # CPU tensors: torch's convolution, the same numbers
@@ -122,13 +122,14 @@ def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_l
 
 
 def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
-    """leave_torch_layers: the layers the kernel cannot take go back to torch.nn.Conv2d and the report says so; a
-    plain layer seen on the CPU stays convtune's (the pins decide on the GPU, where the model may yet go), as does
-    a layer the example does not call; without an example input the option is refused in one line."""
+    """leave_torch_layers, the default with an example input: the layers the kernel cannot take go back to
+    torch.nn.Conv2d and the report says so; a plain layer seen on the CPU stays convtune's (the pins decide on the
+    GPU, where the model may yet go), as does a layer the example does not call; asked for without an example
+    input, it is refused in one line."""
     net = Net()
     x = torch.rand(2, 3, 8, 8)
     before = net(x)
-    report = convtune.nn.convert(net, example_input=x, leave_torch_layers=True)
+    report = convtune.nn.convert(net, example_input=x)
     runs = {s.name: s.runs for s in report}
     assert runs["stem"] == "torch: input on cpu (the kernel runs on CUDA tensors)"
     assert runs["blocks.0"] == "torch: groups=4 (the kernel takes groups=1); left as torch.nn.Conv2d"

@@ -49,7 +49,8 @@ class Conv2d(torch.nn.Conv2d):
         # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
         # a dev CPU against 0.03 us for a dict read); reading them from _parameters pays for part of the checks
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
-        # train step (benchmarks/train_step_ab.py, probe_module_host.py): convert(leave_torch_layers=True).
+        # train step (benchmarks/train_step_ab.py, probe_module_host.py): convert(model, example_input) leaves
+        # such layers as torch.nn.Conv2d.
         params = self._parameters
         if type(self) is Conv2d and "weight" in params and "bias" in params:
             weight, bias = params["weight"], params["bias"]
@@ -122,16 +123,19 @@ class Report(list):
                                   + (f", {idle} not called by the example input" if idle else "")])
 
 
-def convert(model: torch.nn.Module, example_input: Any = None, *, leave_torch_layers: bool = False) -> Report:
-    """Make every torch.nn.Conv2d of `model` a convtune.nn.Conv2d, in place (parameters, buffers and hooks
-    stay as they are; subclasses of nn.Conv2d are left alone). Returns the report: per convolution, whether
+def convert(model: torch.nn.Module, example_input: Any = None, *,
+            leave_torch_layers: Optional[bool] = None) -> Report:
+    """Make the torch.nn.Conv2d layers of `model` convtune.nn.Conv2d, in place (parameters, buffers and hooks
+    stay as they are; subclasses of nn.Conv2d are left alone): all of them, or with an `example_input` all but
+    those that run torch for it (`leave_torch_layers`, below). Returns the report: per convolution, whether
     it runs convtune's kernel (and, given `example_input` to run the model once without gradients, the
     configuration for that input's shape and where it comes from) or torch's convolution, and why (the kernel
     cannot take it, or a pin says torch is faster for that shape), and what its training calls run where a
     "+train" pin decides them differently. The example forward runs in eval mode and leaves the model as it
     was (running statistics, train/eval flags).
 
-    `leave_torch_layers` (needs `example_input`): a layer that runs torch for the input it first sees there,
+    `leave_torch_layers` (on by default when there is an `example_input`, which it needs; False swaps every
+    convolution whatever it runs): a layer that runs torch for the input it first sees there,
     in calls without gradients and in training calls alike (a CUDA input, so that the pins decide; or a layer
     the kernel cannot take at all), goes back to torch.nn.Conv2d, so that it costs
     no host time over torch's at all (convtune's module checks each call's signature: about 3 us a call on
@@ -139,6 +143,8 @@ def convert(model: torch.nn.Module, example_input: Any = None, *, leave_torch_la
     train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes."""
     if leave_torch_layers and example_input is None:
         raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
+    if leave_torch_layers is None:
+        leave_torch_layers = example_input is not None
     swapped = []
     for name, module in model.named_modules():
         if type(module) is torch.nn.Conv2d:
