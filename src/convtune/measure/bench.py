@@ -1,7 +1,12 @@
 """Time and check callables. Never names a kernel: whatever is passed in is what gets measured.
 
 Timing method (GPU, mode=events): `warmup` untimed calls, then `rounds` rounds of `reps` calls; before each
-call the L2 is flushed by writing a buffer of 4× its size, and CUDA events bracket the call alone. The
+call the GPU spins for twice the host time one call takes to issue, the L2 is flushed by writing a buffer of 4×
+its size, and CUDA events bracket the call alone. The spin keeps the host ahead of the GPU: without it a
+launcher slower than the flush left the GPU idle inside the timed span, and on the H200 resnet50_layer2_3x3's
+0.062 ms kernel (CUPTI) behind 0.09–0.13 ms of Python launch work measured 0.065–0.230 ms from one repeat to the
+next; with it 0.0647–0.0649, while kernels longer than the launch work read 0.5–1.6 % higher than before
+(benchmarks/probe_launch_gap.py). The
 median over all samples is the latency; p20/p80 show the spread of single calls, and `cv` is the
 coefficient of variation of the per-round medians, i.e. how well the median itself repeats.
 mode=graph captures `reps` back-to-back calls in one CUDA graph and times each round's replay: no launch
@@ -89,12 +94,14 @@ def time_gpu(fn: Callable[[], object], s: TimingSettings, device: torch.device) 
     if s.mode == "graph":
         return _time_graph(fn, s, device)
     flush = _flushers.setdefault(device, _L2Flusher(device)) if s.flush_l2 else None
+    cover = _spin_cycles(device, 2 * _host_seconds(fn) + 20e-6)
     samples: list[float] = []
     medians: list[float] = []
     for _ in range(s.rounds):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(s.reps)]
         for start, end in events:
-            if flush is not None:
+            torch.cuda._sleep(cover)  # the GPU waits out the host's launch work, so the start event fires right
+            if flush is not None:     # before the call's own kernels, not while the host is still preparing them
                 flush()
             start.record()
             fn()
@@ -104,6 +111,32 @@ def time_gpu(fn: Callable[[], object], s: TimingSettings, device: torch.device) 
         samples += round_ms
         medians.append(statistics.median(round_ms))
     return Timing(tuple(samples), tuple(medians))
+
+
+def _host_seconds(fn: Callable[[], object], calls: int = 3) -> float:
+    """The host time one call of `fn` takes to issue its work (median of `calls`, no synchronize)."""
+    spent = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - t0)
+    return statistics.median(spent)
+
+
+_cycles_per_second: dict[torch.device, float] = {}
+
+
+def _spin_cycles(device: torch.device, seconds: float) -> int:
+    """How many cycles torch.cuda._sleep spins to keep `device` busy for `seconds` (calibrated once)."""
+    rate = _cycles_per_second.get(device)
+    if rate is None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize(device)
+        rate = _cycles_per_second[device] = 10_000_000 / (start.elapsed_time(end) / 1e3)
+    return int(rate * seconds)
 
 
 def _time_graph(fn: Callable[[], object], s: TimingSettings, device: torch.device) -> Timing:
