@@ -69,7 +69,7 @@ def measure(batch: int, mode: str, n: int, warmup: int) -> None:
     model = torchvision.models.resnet50(weights=None).cuda()
     x = torch.randn(batch, 3, 224, 224, device="cuda")
     left = {s.name for s in convtune.nn.convert(copy.deepcopy(model), example_input=x, leave_torch_layers=True)
-            if s.runs.endswith("; left as torch.nn.Conv2d")}
+            if s.left}
     report = convtune.nn.convert(model, example_input=x, leave_torch_layers=False)  # every layer: the classes take turns
     named = [(name, m) for name, m in model.named_modules() if isinstance(m, convtune.nn.Conv2d)]
     ours = sum(s.runs.startswith("convtune") for s in report)

@@ -143,3 +143,7 @@ def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
     with pytest.raises(ValueError, match="^leave_torch_layers needs an example_input: which layers run torch "
                                          "depends on the input$"):
         convtune.nn.convert(Net(), leave_torch_layers=True)
+    with pytest.raises(ValueError, match=r"^leave_torch_layers='yes': give True, False or None \(on with an "
+                                         r"example_input\)$"):
+        convtune.nn.convert(Net(), example_input=x, leave_torch_layers="yes")
+    assert [s.left for s in report] == [False, True, True, True, False]

@@ -36,7 +36,12 @@ def device_key(t: torch.Tensor) -> str:
 
 def default_precision() -> str:
     """As torch does for fp32 convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off."""
-    return "tf32" if torch_conv.cudnn_allows_tf32() else "ieee"
+    return precision_for(torch_conv.cudnn_allows_tf32())
+
+
+def precision_for(tf32_allowed: bool) -> str:
+    """default_precision for a known state of cuDNN's TF32 flag (a caller that already read it)."""
+    return "tf32" if tf32_allowed else "ieee"
 
 
 @torch.compiler.assume_constant_result

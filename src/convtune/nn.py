@@ -60,7 +60,7 @@ class Conv2d(torch.nn.Conv2d):
         training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
         bound = self._bound
-        precision = "tf32" if tf32 else "ieee"  # default_precision()
+        precision = functional.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
         sig = (x.shape, x.dtype, x.device, functional.pins_generation, tf32, training)
@@ -101,10 +101,11 @@ def _why_input(x: torch.Tensor) -> Optional[str]:
 
 @dataclass
 class Swap:
-    """One convolution of a converted model and what it runs."""
+    """One convolution of a converted model and what it runs (`left`: handed back to torch.nn.Conv2d)."""
     name: str
     layer: str
     runs: str
+    left: bool = False
 
 
 class Report(list):
@@ -116,7 +117,7 @@ class Report(list):
         lines += [f"{s.name:<{width}}  {s.runs}   [{s.layer}]" for s in self]
         ours, torch_ = (sum(s.runs.startswith(w) for s in self) for w in ("convtune", "torch"))
         idle = len(self) - ours - torch_
-        left = sum(s.runs.endswith("; left as torch.nn.Conv2d") for s in self)
+        left = sum(s.left for s in self)
         return "\n".join(lines + [f"{len(self) - left} convolution(s) swapped"
                                   + (f" and {left} left as torch.nn.Conv2d" if left else "")
                                   + f": {ours} run convtune's kernel, {torch_} torch's"
@@ -141,6 +142,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     no host time over torch's at all (convtune's module checks each call's signature: about 3 us a call on
     the H200's host, 1 % of a batch-32 ResNet-50 train step, which waits on the host; benchmarks/
     train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes."""
+    if leave_torch_layers not in (None, True, False):
+        raise ValueError(f"leave_torch_layers={leave_torch_layers!r}: give True, False or None (on with an "
+                         "example_input)")
     if leave_torch_layers and example_input is None:
         raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
     if leave_torch_layers is None:
@@ -154,30 +158,13 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
     for name, m in swapped:
-        runs = _runs(m, seen.get(name), example_input is not None)
-        if leave_torch_layers and type(m) is Conv2d and name in seen and _torch_in_both_modes(m, seen[name], runs):
+        runs, torch_in_every_mode = _runs(m, seen.get(name), example_input is not None)
+        left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d
+        if left:
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
-        report.append(Swap(name, repr(m), runs))
+        report.append(Swap(name, repr(m), runs, left))
     return report
-
-
-def _torch_in_both_modes(m: Conv2d, x: torch.Tensor, runs: str) -> bool:
-    """Whether `m` runs torch for `x` in calls without gradients and in training calls (its report line)."""
-    if not runs.startswith("torch"):
-        return False
-    if _why_layer(m) is not None:  # the kernel cannot take the layer (groups, padding mode, ...): any input
-        return True
-    if not x.is_cuda:  # the pins decide on the GPU, where the model may yet go: not decided by this input
-        return False
-    if _why_input(x) is not None:  # this input's dtype or rank
-        return True
-    try:
-        value, _ = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
-                          training=True)
-    except UnsupportedProblem:  # as in _runs: a problem the kernel does not take runs torch
-        return True
-    return value == TORCH
 
 
 def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[ConvProblem, list[str]]]:
@@ -223,21 +210,24 @@ def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[
     return seen
 
 
-def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> str:
+def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool]:
+    """The report line of `m` for the input `x` it got (None: not called, or no example), and whether that input
+    runs torch in calls without gradients and in training calls alike (so that convert may leave it to torch).
+    A CPU input decides nothing: the pins decide on the GPU, where the model may yet go."""
     why = m.why_torch(x)
     if why is not None:
-        return f"torch: {why}"
+        return f"torch: {why}", x is not None and (x.is_cuda or _why_layer(m) is not None)
     if x is None:
-        return "not called by the example input" if ran else "convtune (configuration per input shape: pins)"
+        return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), False
     try:
         value, source = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
         in_training = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
                              training=True)
     except UnsupportedProblem as e:
-        return f"torch: {e}"
+        return f"torch: {e}", True
     runs = f"torch: pinned, faster on this GPU ({source})" if value == TORCH else \
         f"convtune implicit_gemm {value.short()} ({source})"
     if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
         runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
             f" ({in_training[1]})"
-    return runs
+    return runs, value == TORCH and in_training[0] == TORCH
