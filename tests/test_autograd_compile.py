@@ -106,3 +106,22 @@ def test_a_small_cnn_trains_like_with_torch_conv2d():
     assert curves[0][-1] < curves[0][0] and curves[1][-1] < curves[1][0]  # both learn
     print("losses torch.nn.Conv2d:", [round(v, 4) for v in curves[0]], "convtune.nn.Conv2d:", [round(v, 4) for v in curves[1]])
     torch.testing.assert_close(torch.tensor(curves[1]), torch.tensor(curves[0]), rtol=2e-2, atol=2e-3)
+
+
+def test_aot_autograd_compiles_a_channels_last_call_through_nhwc_igemm_with_torchs_layout():
+    """The operator's fake output is channels_last where its input is, as the real one (aot_eager checks the
+    strides it traced against the ones the call returns)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.rand(2, 16, 7, 6, generator=g).to(memory_format=torch.channels_last).requires_grad_()
+    w = (torch.rand(5, 16, 3, 3, generator=g) - 0.5).requires_grad_()
+    compiled = torch.compile(lambda x, w: convtune.conv2d(x, w, None, padding=1, precision="ieee"), fullgraph=True,
+                             backend="aot_eager")
+    y = compiled(x, w)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    y.square().sum().backward()
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = F.conv2d(xr, wr, None, padding=1)
+    ref.square().sum().backward()
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    for a, r in ((x, xr), (w, wr)):
+        torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-5)

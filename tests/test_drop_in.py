@@ -119,6 +119,9 @@ def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_l
     }
     p, _ = found["n2-c8-h10-w12-k4-r1x1-s2x2-p0x0-d1x1-g1-bias-nchw-float32"]
     assert (p.name, p.out_h, p.out_w, p.init) == ("5", 5, 6, "randn") and model.training  # modes restored
+    cl = convtune.nn.problems(model.to(memory_format=torch.channels_last),
+                              torch.rand(2, 3, 10, 12).to(memory_format=torch.channels_last))
+    assert sorted(cl) == sorted(k.replace("-nchw-", "-channels_last-") for k in found)  # what a promote must pin
 
 
 def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():

@@ -172,3 +172,14 @@ def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change
     r = subprocess.run([sys.executable, "tests/gpu_scripts/bound_launch.py"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_the_library_runs_each_layout_on_its_kernel_with_torchs_values_layouts_and_gradients():
+    """tests/gpu_scripts/library_layouts.py, compiled (no interpreter): convtune.conv2d on 64 random shapes with NCHW
+    and channels_last inputs and channels_last weights, tf32 and ieee, some with gradients: within the precision's
+    tolerance of float64, the output laid out as torch's, gradients torch's, each call on the kernel
+    kernels.library_variant names; convtune.nn.Conv2d on a channels_last input gives torch's output."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "tests/gpu_scripts/library_layouts.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

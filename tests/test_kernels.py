@@ -64,36 +64,45 @@ def test_output_is_allocated_when_not_given(name):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_launcher_rejects_what_it_does_not_support(make, match, name):
     x, w, b = make()
-    if name == "nhwc_igemm" and match == "contiguous":
-        pytest.skip("nhwc_igemm reads any layout (it converts to channels_last inside the call)")
+    if name != "seed" and match == "contiguous":
+        pytest.skip(f"{name} reads any input layout (it converts inside the call): test_reads_any_input_layout...")
     with pytest.raises(UnsupportedProblem, match=match):
         get_variant(name).launch(x, w, b, 1, 0, 1, Meta(16, 16, 16, 4, 1))
 
 
-@pytest.mark.parametrize("precision", ["ieee", "tf32"])
-@pytest.mark.parametrize("cin", [6, 8])  # 8: the weight tiles come through a TMA descriptor (nhwc_igemm.tma_fits)
-def test_nhwc_reads_any_input_layout_and_writes_the_output_layout_asked_for(precision, cin):
-    from convtune.kernels.nhwc_igemm import packed_weight, tma_fits
+def test_nhwc_weight_packs_aligned_for_tma():
+    from convtune.kernels.nhwc_igemm import pack_weight, tma_fits
 
+    storage = torch.randn(1 + 9 * 8 * 3 * 2)
+    w = storage[1:].view(9, 3, 2, 8).permute(0, 3, 1, 2)  # channels_last, 4 bytes past a 16-byte boundary
+    packed = pack_weight(w, False)
+    assert packed.data_ptr() % 16 == 0 and torch.equal(packed, w.permute(0, 2, 3, 1))
+    assert tma_fits(8) and not tma_fits(6)
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+@pytest.mark.parametrize("cin", [6, 8])  # 8: nhwc_igemm's weight tiles come through a TMA descriptor (tma_fits)
+@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm"])
+def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, precision, cin):
     g = torch.Generator().manual_seed(3)
-    x, w, b = torch.randn(2, cin, 7, 5, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
-    assert tma_fits(packed_weight(w, False)) == (cin % 4 == 0)
+    x, w, b = torch.randn(2, cin, 7, 8, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
     ref = F.conv2d(x.double(), w.double(), b.double(), 1, (1, 0))
-    nhwc = get_variant("nhwc_igemm")
+    kernel = get_variant(name)
     outs = []
-    for given in (x, x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3).contiguous().transpose(2, 3)):
+    for laid_out in (x, x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3).contiguous().transpose(2, 3)):
         for fmt in (torch.contiguous_format, torch.channels_last):
             out = torch.empty(ref.shape, memory_format=fmt).fill_(float("nan"))
-            nhwc.launch(given, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=out)
+            kernel.launch(laid_out, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=out)
             assert out.is_contiguous(memory_format=fmt) and not torch.isnan(out).any()
             outs.append(out)
-    assert nhwc.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision).out.is_contiguous(
-        memory_format=torch.channels_last)  # allocated: channels_last, as torch's output for such an input
+    allocated = kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision).out
+    # allocated: nhwc_igemm's channels_last (as torch's output for the input it reads), implicit_gemm's NCHW
+    assert allocated.is_contiguous(memory_format=torch.channels_last if name == "nhwc_igemm" else torch.contiguous_format)
     for out in outs:
         assert torch.equal(out, outs[0])  # the same numbers whatever the layouts
     assert (outs[0].double() - ref).norm() / ref.norm() <= TOLERANCE[precision]
     with pytest.raises(UnsupportedProblem, match="contiguous or channels_last"):
-        nhwc.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 5, 7).transpose(2, 3))
+        kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 8, 7).transpose(2, 3))
 
 
 def test_groups_refused():

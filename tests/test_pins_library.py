@@ -306,3 +306,64 @@ def test_where_a_train_pin_says_torch_calls_recording_gradients_run_torch_and_ot
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(y, expected) and type(y.grad_fn).__name__ != "ConvolutionBackward0"
     functional.forget_choices()
+
+
+CL_KEY = "n2-c16-h9-w7-k20-r3x3-s1x1-p1x1-d1x1-g1-bias-channels_last-float32/ieee"
+
+
+def _cl_call():
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(2, 16, 9, 7, generator=g).to(memory_format=torch.channels_last)
+    return x, torch.rand(20, 16, 3, 3, generator=g) - 0.5, torch.rand(20, generator=g)
+
+
+def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_call_implicit_gemm(tmp_path, monkeypatch,
+                                                                                                 caplog):
+    """The pins of each layout are their own: a torch pin for the channels_last key sends the channels_last call
+    to torch (bitwise F.conv2d at ieee) and leaves the NCHW call of the same shape on implicit_gemm; a meta pin
+    under nhwc_igemm configures the channels_last call."""
+    x, w, b = _cl_call()
+    expected = F.conv2d(x, w, b, 1, 1)
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, pins.TORCH, {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        assert torch.equal(convtune.conv2d(x, w, b, padding=1, precision="ieee"), expected)
+        nchw = convtune.conv2d(x.contiguous(), w, b, padding=1, precision="ieee")
+    assert f"torch from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
+    assert "implicit_gemm default" in caplog.text and nchw.is_contiguous() and not torch.equal(nchw, expected)
+    pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, Meta(16, 32, 16, 2, 2), {})
+    functional.forget_choices()
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        y = convtune.conv2d(x, w, b, padding=1, precision="ieee")
+    assert f"M16-N32-K16-w2-s2 from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
+    assert y.is_contiguous(memory_format=torch.channels_last) and not torch.equal(y, expected)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    functional.forget_choices()
+
+
+@pytest.mark.parametrize("channels,kernel", [(16, "nhwc_igemm"), (12, "implicit_gemm"), (18, "implicit_gemm")])
+def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels, kernel, caplog):
+    """library_variant: 16 or more input channels, a multiple of 4 (nhwc_igemm's 16-byte loads and TMA); else
+    implicit_gemm on an NCHW copy, which writes the channels_last output itself. Values, layout and gradients
+    are torch's either way."""
+    assert functional.library_variant("channels_last", channels) == kernel
+    assert functional.library_variant("nchw", channels) == "implicit_gemm"
+    g = torch.Generator().manual_seed(channels)
+    x = torch.rand(2, channels, 6, 5, generator=g).to(memory_format=torch.channels_last).requires_grad_()
+    w = (torch.rand(7, channels, 3, 2, generator=g) - 0.5).requires_grad_()
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    functional.forget_choices()
+    with caplog.at_level("DEBUG", logger="convtune.functional"):
+        y = convtune.conv2d(x, w, None, stride=(1, 2), padding=(1, 0), precision="ieee")
+    assert f"from {kernel} default" in caplog.text, caplog.text
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    ref = F.conv2d(xr, wr, None, (1, 2), (1, 0))
+    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
+    y.square().sum().backward()
+    ref.square().sum().backward()
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
+    functional.forget_choices()

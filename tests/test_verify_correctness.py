@@ -100,7 +100,7 @@ def test_verify_report_adds_up_out_files_and_counts_a_case_once(tmp_path, capsys
 
 
 def case_of(row):
-    return Case(**{k: tuple(row[k]) if isinstance(row[k], list) else row[k] for k in Case.__dataclass_fields__})
+    return Case.from_row(row)
 
 
 SMALL = [r for r in REGRESSIONS if r["n"] * r["c"] * r["h"] * r["w"] * r["k"] < 3_000_000][:6]
@@ -120,3 +120,26 @@ def test_the_shapes_the_gpu_got_wrong_are_right_on_the_gpu():
     must catch each one and run it at O0."""
     results = [run_case(case_of(r), "cuda") for r in REGRESSIONS]
     assert all(r["outcome"] not in ("wrong", "error") for r in results), [r["case"] for r in results if r["outcome"] == "wrong"]
+
+
+def test_verify_draws_channels_last_cases_for_the_variants_that_read_any_layout():
+    """The layout is drawn last, so a seed's other fields are what they were; a channels_last case lays its input
+    and its poisoned output out channels_last, and runs right in the interpreter."""
+    import random
+
+    from convtune.verify import draw_case, make_cases
+
+    cases = make_cases(["seed", "implicit_gemm", "nhwc_igemm"], ["ieee"], 12, 3, small=True)
+    layouts = {(c.variant, c.layout) for c in cases}
+    assert ("implicit_gemm", "channels_last") in layouts and ("nhwc_igemm", "channels_last") in layouts
+    assert {c.layout for c in cases if c.variant == "seed"} == {"nchw"}
+    a, b = draw_case(random.Random(1), 0, "seed", "ieee", True), draw_case(random.Random(1), 0, "implicit_gemm", "ieee", True)
+    assert (a.n, a.c, a.h, a.w, a.k, a.seed, a.meta) == (b.n, b.c, b.h, b.w, b.k, b.seed, b.meta)
+    cl = next(c for c in cases if c.variant == "nhwc_igemm" and c.layout == "channels_last")
+    assert "layout=channels_last" in cl.label() and Case.from_row({**cl.__dict__}).layout == "channels_last"
+    from convtune.verify import case_tensors
+    x = case_tensors(cl, "cpu")[1]
+    assert x.is_contiguous(memory_format=torch.channels_last) and (cl.c == 1 or not x.is_contiguous())
+    for case in [c for c in cases if c.layout == "channels_last"][:4]:
+        result = run_case(case, "interpreter")
+        assert result["outcome"] == "ok", result

@@ -1,6 +1,11 @@
 """`convtune.conv2d`: the library call. Runs what the pin for this GPU, problem and precision says: convtune's
 kernel with the pinned configuration, or torch's own convolution where torch won the contest for that key
-(pins.TORCH). Never autotunes. A lookup happens once per call signature and is then cached."""
+(pins.TORCH). Never autotunes. A lookup happens once per call signature and is then cached.
+
+Which kernel: a call whose output torch lays out NCHW runs `implicit_gemm` (on an NCHW copy of any other
+input); a channels_last call runs `nhwc_igemm` on its channels_last input where the input has enough channels
+(kernels.library_variant), else `implicit_gemm` on an NCHW copy, writing the channels_last output directly.
+The pins of each kernel are looked up under the call's layout (the problem key's `nchw` / `channels_last`)."""
 
 from __future__ import annotations
 
@@ -11,14 +16,16 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import configured, get_variant, pins, torch_conv
+from convtune.kernels import configured, get_variant, library_variant, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig
-from convtune.kernels.common import Meta, prepare
+from convtune.kernels import nhwc_igemm as nhwc
+from convtune.kernels.common import Meta, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
 
-LIBRARY_KERNEL = "implicit_gemm"
+LIBRARY_KERNEL = "implicit_gemm"  # NCHW calls, and channels_last calls with few input channels
+CHANNELS_LAST_KERNEL = "nhwc_igemm"  # channels_last calls otherwise (kernels.library_variant)
 log = logging.getLogger(__name__)
-_plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, or pins.TORCH
+_plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, nhwc.LaunchPlan, or pins.TORCH
 _torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
 pins_generation = 0  # bumped by forget_choices: callers that cache a decision compare it
 _F32 = torch.float32
@@ -50,33 +57,55 @@ def _traced_default_precision() -> str:
     return default_precision()
 
 
+def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
+    """The layout of a call as the pins name it: channels_last where torch's output would be (output_format)."""
+    return "channels_last" if output_format(input, weight) is torch.channels_last else "nchw"
+
+
 def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-           precision: str, training: bool = False) -> tuple[Union[Meta, str], str]:
-    """What the library runs for this call (a Meta for convtune's kernel, or pins.TORCH) and where that comes
-    from (pin, nearest pin, default). `training`: the call records gradients (records_gradients), and a
-    "+train" pin for the shape decides first."""
+           precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[Meta, str], str]:
+    """What the library runs for this call (a Meta for the kernel kernels.library_variant names, or pins.TORCH) and
+    where that comes from (pin, nearest pin, default). `training`: the call records gradients (records_gradients), and a
+    "+train" pin for the shape decides first. `layout`: the call's (call_layout, read off x and weight if None)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
-    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias)
+    layout = layout or call_layout(x, weight)
+    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
     path = pins.default_path()
-    value, source = configured(get_variant(LIBRARY_KERNEL), path, device_key(x), p, precision, training)
+    value, source = configured(get_variant(library_variant(layout, c)), path, device_key(x), p, precision, training)
     log.debug("convtune.conv2d %s/%s%s: %s from %s (%s)", p.key(), precision, " (training)" if training else "",
               pins.describe(value), source, path)
     return value, source
 
 
+Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, str]
+
+
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, precision: str, training: bool = False) -> Union[ig.LaunchPlan, str]:
-    """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH)."""
+          dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
+    """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH). `x` is
+    NCHW-contiguous, or channels_last-contiguous for a channels_last call (`layout`); weight and bias contiguous."""
     if isinstance(padding, str):
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
-    g, _ = prepare(x, weight, bias, stride, padding, dilation, None, groups)
-    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training)
+    _check(x, weight, bias, groups)
+    g = geometry(x, weight, stride, padding, dilation)
+    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
     if value == pins.TORCH:
         return pins.TORCH
-    return ig.make_plan(g, bias is not None, ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision), value,
-                        precision)
+    out_cl = layout == "channels_last"
+    if library_variant(layout, g.c) == CHANNELS_LAST_KERNEL:
+        return nhwc.make_plan(g, bias is not None, value, precision, out_cl)
+    vec = ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
+    return ig.make_plan(g, bias is not None, vec, value, precision, out_cl)
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int) -> None:
+    """Every check of a call's tensors, raising the precise error (the input may be in either layout)."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and not t.is_contiguous():
+            raise UnsupportedProblem(f"{name} must be contiguous; call .contiguous() first")
 
 
 def records_gradients(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> bool:
@@ -87,12 +116,13 @@ def records_gradients(input: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 def pinned_to_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                     padding: Any, dilation: Any, precision: str, groups: int = 1, training: bool = False) -> bool:
-    """Whether the pin for this call says torch, decided once per signature (any layout: torch's convolution
-    takes them all natively). A call the kernel cannot take answers False, and the kernel's path then raises
-    its precise error."""
+    """Whether the pin for this call says torch, decided once per signature (the layout is part of it: the
+    pins of each layout are their own; torch's convolution takes any layout natively). A call the kernel cannot
+    take answers False, and the kernel's path then raises its precise error."""
+    strides = None if input.is_contiguous() and weight.is_contiguous() else (input.stride(), weight.stride())
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
            groups, precision, input.get_device(), input.dtype, weight.dtype, None if bias is None else bias.dtype,
-           training)
+           training, strides)
     hit = _torch_pinned_cache.get(key)
     if hit is None:
         hit = _torch_pinned_cache[key] = _looks_up_torch(input, weight, bias, stride, padding, dilation, groups,
@@ -117,16 +147,24 @@ def _hashable(v: Any) -> Any:
 
 def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
          dilation: Any, groups: int, precision: str, training: bool = False) -> torch.Tensor:
-    """The kernel itself: the cached plan for this signature (made, with every check, on its first call)."""
-    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training)
+    """The kernel itself: the cached plan for this signature (made, with every check, on its first call). An
+    NCHW-contiguous input makes an NCHW call; any other a channels_last call, with a channels_last output."""
+    if input.is_contiguous():
+        layout, x = "nchw", input
+    else:  # the copy a kernel needs (kernels.library_variant: few channels go to implicit_gemm) is part of the call
+        layout = "channels_last"
+        x = input.contiguous() if library_variant(layout, input.shape[1]) == LIBRARY_KERNEL else \
+            input.contiguous(memory_format=torch.channels_last)
+    plan = _cached_plan(x, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
-    if not (input.is_contiguous() and weight.is_contiguous() and input.dtype is _F32 and weight.dtype is _F32
-            and weight.get_device() == input.get_device()
-            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == input.get_device()))):
-        prepare(input, weight, bias, stride, padding, dilation, None, groups)  # raises the precise error
-    out = torch.empty(plan.out_shape, device=input.device, dtype=torch.float32)
-    ig.run(plan, input, weight, bias, out)
+    if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
+            and weight.get_device() == x.get_device()
+            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
+        _check(x, weight, bias, groups)  # raises the precise error
+    out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
+                      memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
+    (nhwc.run if isinstance(plan, nhwc.LaunchPlan) else ig.run)(plan, x, weight, bias, out)
     return out
 
 
@@ -177,7 +215,7 @@ def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         return None
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision, training)
     prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
-    if plan is pins.TORCH:
+    if not isinstance(plan, ig.LaunchPlan) or plan.out_cl:  # pins.TORCH
         return None
     launch_bound = ig.bind(plan, input, weight, bias)
     if launch_bound is None:
@@ -206,12 +244,12 @@ class _EagerConv(torch.autograd.Function):
 
 
 def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                 dilation: Any, groups: int, precision: str, training: bool = False) -> Union[ig.LaunchPlan, str]:
+                 dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.data_ptr() & 15, training)
+           groups, precision, input.get_device(), input.data_ptr() & 15, training, layout)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training)
+        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     return plan
 
 
@@ -235,7 +273,8 @@ def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    return input.new_empty((n, c_out, oh, ow), dtype=torch.float32)
+    fmt = torch.contiguous_format if input.is_contiguous() else torch.channels_last  # as _run lays it out
+    return torch.empty((n, c_out, oh, ow), dtype=torch.float32, device=input.device, memory_format=fmt)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -289,10 +328,11 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     """torch.nn.functional.conv2d for float32 tensors with groups=1 and numeric padding, with gradients
     (through PyTorch's convolution backward) and traceable by torch.compile (the operator convtune::conv2d).
 
-    Any layout is taken: the kernel reads NCHW, so a channels_last or otherwise strided input or weight is
-    copied to NCHW first (its cost: benchmarks/drop_in.py), and the output follows torch's rule
-    (output_format). The first call of a signature (shapes, strides, padding, precision, device, input
-    alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
+    Any layout is taken, and the output follows torch's rule (output_format). A call with an NCHW output runs
+    implicit_gemm on the input, copied to NCHW if it is not; a channels_last call runs nhwc_igemm on the input
+    as it is (copied to channels_last if strided otherwise), or where it has few channels (kernels.library_variant)
+    implicit_gemm on an NCHW copy. The first call of a signature (shapes, layout, padding, precision, device,
+    input alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
     Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
     torch.compile inside the operator, as the pin is read when the call runs)."""
     compiling = torch.compiler.is_compiling()
@@ -309,7 +349,8 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     operator reads it): convtune's kernel, through the operator where autograd or compile needs it."""
     compiling = torch.compiler.is_compiling()
     fmt = output_format(input, weight)
-    input, weight = input.contiguous(), weight.contiguous()  # no copy when already NCHW
+    input = input.contiguous(memory_format=fmt)  # no copy when already in the call's layout
+    weight = weight.contiguous()  # no copy when already NCHW (the kernels pack their own order once per weight)
     bias = None if bias is None else bias.contiguous()
     needs_op = compiling or records_gradients(input, weight, bias)
     if not needs_op:

@@ -169,7 +169,7 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
 
 def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[ConvProblem, list[str]]]:
     """The distinct convolutions `model` runs on `example_input` that convtune's kernel can take, by problem
-    key, each with the layers that run it: what to promote (`python promote.py problem.batch=...`) so that the
+    key (its layout the call's: a channels_last model's are channels_last), each with the layers that run it: what to promote (`python promote.py problem.batch=...`) so that the
     pins cover the model. Any device: nothing but the model's own forward runs (in eval mode, restored after)."""
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
     seen = _inputs_seen(model, example_input, layers)
@@ -181,7 +181,7 @@ def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[Conv
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        m.bias is not None, init="randn")
+                        m.bias is not None, init="randn", layout=functional.call_layout(x, m.weight))
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 
@@ -225,8 +225,9 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool]:
                              training=True)
     except UnsupportedProblem as e:
         return f"torch: {e}", True
+    kernel = functional.library_variant(functional.call_layout(x, m.weight), x.shape[1])
     runs = f"torch: pinned, faster on this GPU ({source})" if value == TORCH else \
-        f"convtune implicit_gemm {value.short()} ({source})"
+        f"convtune {kernel} {value.short()} ({source})"
     if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
         runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
             f" ({in_training[1]})"

@@ -232,6 +232,11 @@ class Setup:
         assert self.problem is not None and self.variant is not None
         return Identity(gpu or self.gpu, self.variant.name, self.variant.source_hash, self.problem.key(), self.precision)
 
+    @property
+    def kernel_name(self) -> str:
+        """The variant the run measures (`kernel=library` resolved for the problem), else the name as given."""
+        return self.variant.name if self.variant is not None else self.cfg.kernel.name
+
     def pin_key(self) -> str:
         from convtune.kernels.pins import pin_key
 
@@ -249,7 +254,7 @@ class Setup:
         """The run's params: the launch keys as run, what was chosen, and the timing settings as used."""
         cfg = self.cfg
         out: dict[str, Any] = {k: ("default" if v is None else v) for k, v in self.given.items()}
-        out.update({Param.KERNEL: cfg.kernel.name, Param.PRECISION: self.precision, Param.CHECK: self.check,
+        out.update({Param.KERNEL: self.kernel_name, Param.PRECISION: self.precision, Param.CHECK: self.check,
                     Param.DEVICE_CHOICE: enum_value(cfg.device), Param.SEED: cfg.seed, Param.PROBLEM: self.problem_name})
         out.update({f"{Param.BENCH_PREFIX}{k}": enum_value(v) for k, v in cfg.bench.items()})
         if self.timing is not None and self.interpreted:
@@ -268,7 +273,7 @@ class Setup:
     def tags(self) -> dict[str, Any]:
         """The run's tags as far as the setup knows them (measure adds its own)."""
         out: dict[str, Any] = {Tag.PROBLEM: self.problem_name, Tag.PRECISION: self.precision,
-                               Tag.KERNEL: self.cfg.kernel.name, **git_tags(), **self.device_tags}
+                               Tag.KERNEL: self.kernel_name, **git_tags(), **self.device_tags}
         if self.variant is not None:
             out[Tag.KERNEL_SOURCE_HASH] = self.variant.source_hash
         if self.meta is not None:
@@ -419,8 +424,8 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
         if s.interpreted:
             s.timing = replace(s.timing, rounds=min(b.rounds, INTERPRETER_TIMING["rounds"]),
                                reps=min(b.reps, INTERPRETER_TIMING["reps"]), warmup=INTERPRETER_TIMING["warmup"])
-        s.variant = kernels.get_variant(cfg.kernel.name)
         s.problem = ConvProblem.from_mapping(s.problem_node)
+        s.variant = kernels.variant_for(cfg.kernel.name, s.problem)
         s.pins_path = pins_path(cfg, s.cwd)
         gpu = cfg.promote.device_name or s.gpu
         s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_path, gpu, s.problem,

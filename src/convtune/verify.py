@@ -12,7 +12,8 @@ sample of small shapes through the interpreter (the test suite does that).
 A case draws: batch 1–16, 1–64 input and 1–1024 output channels, kernel 1–7 (sometimes 11), stride 1–5,
 dilation 1–3, padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
 bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
-default for the problem's class, which is what the library runs). A configuration the GPU cannot hold
+default for the problem's class, which is what the library runs); for the variants that read any layout
+(ANY_LAYOUT), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
 (Triton's OutOfResources) is counted as skipped, not failed.
 """
 
@@ -60,13 +61,21 @@ class Case:
     init: str  # rand (KernelBench) or randn
     meta: Optional[dict[str, int]]  # None: the variant's default for the problem's class
     seed: int
+    layout: str = "nchw"  # the input's and the output's: nchw or channels_last
+
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Case":
+        """The case of one --out line (lists back to tuples; files from before `layout` lack it: NCHW)."""
+        return cls(**{k: tuple(row[k]) if isinstance(row[k], list) else row[k]
+                      for k in cls.__dataclass_fields__ if k in row})
 
     def label(self) -> str:
         meta = "default" if self.meta is None else "M{BLOCK_M}-N{BLOCK_N}-K{BLOCK_K}-w{num_warps}-s{num_stages}".format(**self.meta)
         return (f"{self.variant}/{self.precision} n={self.n} c={self.c} h={self.h} w={self.w} k={self.k} "
                 f"r={self.kh}x{self.kw} s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]} "
                 f"d={self.dilation[0]}x{self.dilation[1]} bias={int(self.bias)} offset={self.offset} init={self.init} "
-                f"meta={meta}")
+                f"meta={meta}" + (f" layout={self.layout}" if self.layout != "nchw" else ""))
 
 
 def _out(size: int, k: int, s: int, p: int, d: int) -> int:
@@ -95,8 +104,14 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
             continue
         break
     meta = None if rng.random() < 0.3 else _draw_meta(rng, small)
-    return Case(index, variant, precision, n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), rng.random() < 0.7,
+    case = Case(index, variant, precision, n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), rng.random() < 0.7,
                 rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31))
+    if variant in ANY_LAYOUT:  # drawn last: the other fields are what they were before layouts were drawn
+        case.layout = rng.choice(["nchw", "channels_last"])
+    return case
+
+
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm")  # the variants whose launch reads and writes either layout
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:
@@ -120,7 +135,10 @@ def case_tensors(case: Case, dev: Any) -> tuple[Any, Any, Any, Any]:
                     case.dilation, 1, case.bias)
     draw = torch.rand if case.init == "rand" else torch.randn
     storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev)
-    x = storage[case.offset:].view(case.n, case.c, case.h, case.w)
+    if case.layout == "channels_last":
+        x = storage[case.offset:].view(case.n, case.h, case.w, case.c).permute(0, 3, 1, 2)
+    else:
+        x = storage[case.offset:].view(case.n, case.c, case.h, case.w)
     bound = 1 / math.sqrt(case.c * case.kh * case.kw)  # torch.nn.Conv2d's initialisation
     w = (torch.rand(case.k, case.c, case.kh, case.kw, generator=g, device=dev) * 2 - 1) * bound
     b = (torch.rand(case.k, generator=g, device=dev) * 2 - 1) * bound if case.bias else None
@@ -137,7 +155,7 @@ def read_cases(path: str, outcomes: Optional[tuple[str, ...]] = None) -> list[Ca
             except json.JSONDecodeError:
                 continue
             if outcomes is None or r.get("outcome") in outcomes:
-                cases.append(Case(**{k: tuple(r[k]) if isinstance(r[k], list) else r[k] for k in Case.__dataclass_fields__}))
+                cases.append(Case.from_row(r))
     return cases
 
 
@@ -154,7 +172,8 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     p, x, w, b = case_tensors(case, dev)
     variant = get_variant(case.variant)
     meta = Meta(**case.meta) if case.meta else variant.default_meta(case.k, case.stride[1], case.w, case.precision)
-    out = torch.full(p.output_shape, float("nan"), device=dev)
+    fmt = torch.channels_last if case.layout == "channels_last" else torch.contiguous_format
+    out = torch.empty(p.output_shape, device=dev, memory_format=fmt).fill_(float("nan"))
     result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
     start = time.monotonic()
     try:

@@ -65,12 +65,35 @@ def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
     return variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision)
 
 
+# The library's choice (convtune.conv2d; the tracker's `kernel=library`): implicit_gemm for an NCHW call,
+# nhwc_igemm for a channels_last one whose input has enough channels. nhwc_igemm's K steps are BLOCK_K (16-64)
+# channels of one tap: with fewer channels most of each step is masked (L1 #50's 3 channels: 7.37 ms channels_last
+# against 0.52 ms through implicit_gemm on the H200, docs/evidence/h200_issue13_vs_cudnn_spin.txt), and its
+# 16-byte loads and TMA need C_in % 4 == 0.
+LIBRARY = "library"
+NHWC_MIN_CHANNELS = 16
+
+
+def library_variant(layout: str, in_channels: int) -> str:
+    """The kernel variant the library runs for a call in `layout` ("nchw" or "channels_last", the output's)
+    whose input has `in_channels` channels."""
+    if layout == "channels_last" and in_channels >= NHWC_MIN_CHANNELS and in_channels % 4 == 0:
+        return "nhwc_igemm"
+    return "implicit_gemm"
+
+
 def get_variant(name: str) -> KernelVariant:
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ConfigError("kernel.name", name, f"one of {sorted(VARIANTS)}") from None
+        raise ConfigError("kernel.name", name, f"one of {sorted(VARIANTS) + [LIBRARY]} ({LIBRARY}: the variant the "
+                          "library runs for the problem)") from None
 
 
-__all__ = ["KernelVariant", "Launched", "Meta", "VARIANTS", "configured", "configured_meta", "get_variant", "validate_meta",
-           "validate_precision"]
+def variant_for(name: str, problem: Any) -> KernelVariant:
+    """The variant `kernel.name` names for `problem` (a ConvProblem): LIBRARY resolves by library_variant."""
+    return get_variant(library_variant(problem.layout, problem.in_channels) if name == LIBRARY else name)
+
+
+__all__ = ["LIBRARY", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured", "configured_meta", "get_variant",
+           "library_variant", "validate_meta", "validate_precision", "variant_for"]

@@ -128,16 +128,27 @@ class ConvGeometry:
 
 
 def prepare(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-            dilation: Any, out: Optional[torch.Tensor], groups: int) -> tuple[ConvGeometry, torch.Tensor]:
-    """A launcher's first step: check the inputs, work out the sizes, allocate or check `out`."""
+            dilation: Any, out: Optional[torch.Tensor], groups: int,
+            out_channels_last: bool = False) -> tuple[ConvGeometry, torch.Tensor]:
+    """A launcher's first step: check the inputs, work out the sizes, allocate or check `out`.
+    `out_channels_last`: the launcher can write a channels_last `out` as well as an NCHW one."""
     check_conv_inputs(x, weight, bias, groups)
     g = geometry(x, weight, stride, padding, dilation)
     shape = (g.n, g.c_out, g.oh, g.ow)
     if out is None:
         out = torch.empty(shape, device=x.device, dtype=torch.float32)
-    elif tuple(out.shape) != shape or not out.is_contiguous() or out.dtype != torch.float32:
-        raise UnsupportedProblem(f"out must be a contiguous float32 {shape} tensor, got {tuple(out.shape)}")
+    elif (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
+          or not (out.is_contiguous() or (out_channels_last and out.is_contiguous(memory_format=torch.channels_last)))):
+        layouts = "contiguous or channels_last" if out_channels_last else "contiguous"
+        raise UnsupportedProblem(f"out must be a {layouts} float32 {shape} tensor on {x.device}, got "
+                                 f"{tuple(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
     return g, out
+
+
+def writes_channels_last(out: torch.Tensor) -> bool:
+    """Whether a launcher writes `out` channels_last: it is channels_last-contiguous and not also NCHW-contiguous
+    (for N·C·H·W with C or H·W of 1 the two layouts are one, and either order of writes fills it)."""
+    return out.is_contiguous(memory_format=torch.channels_last) and not (out.is_contiguous() and out.shape[1] > 1)
 
 
 def geometry(x: torch.Tensor, weight: torch.Tensor, stride: Any, padding: Any, dilation: Any) -> ConvGeometry:

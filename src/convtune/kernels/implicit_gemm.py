@@ -11,6 +11,8 @@ K = C_in·KH·KW), arranged for speed. See docs/PERFORMANCE.md for what each cho
   tested with one unsigned compare per axis (a negative index wraps to a huge unsigned value).
 - One BLOCK_N tile can cover all output channels (BLOCK_N >= C_out), so each gathered input tile is
   used for every channel instead of being gathered again per channel tile.
+- The output is written NCHW, or channels_last where the caller's `out` is (OUT_CL). An input in any other
+  layout than NCHW is converted by `launch`/`run`, inside the call (and so inside any timing of it).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import ConvGeometry, Launched, Meta, WeightCache, prepare, source_hash
+from convtune.kernels.common import ConvGeometry, Launched, Meta, WeightCache, prepare, source_hash, writes_channels_last
 from convtune.kernels import llvm_opt, weight_pack
-from convtune.kernels.selfcheck import agrees, check_inputs
+from convtune.kernels.selfcheck import agrees, aligned_nan, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
@@ -36,7 +38,7 @@ def _conv2d_igemm_kernel(
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
     KH: tl.constexpr, KWP: tl.constexpr, J0: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
     PH: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, VEC: tl.constexpr,
-    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -80,8 +82,12 @@ def _conv2d_igemm_kernel(
 
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
-    tl.store(y_img + offs_n[None, :] * OHW + pos[:, None], acc, mask=m_mask[:, None] & n_mask[None, :])
+    y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)  # an image is C_OUT·OHW elements in either layout
+    if OUT_CL:  # channels_last: a position's channels are contiguous
+        y_offs = pos[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = offs_n[None, :] * OHW + pos[:, None]
+    tl.store(y_img + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
 
 
 def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int, precision: str = "tf32") -> int:
@@ -142,28 +148,32 @@ class LaunchPlan:
     pad_w: int
     vec: int
     round_weight: bool
+    out_cl: bool  # writes a channels_last output
     constexprs: dict
     binary_key: tuple  # what, besides alignment, tells one compiled binary from another
 
 
 
-def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: str) -> LaunchPlan:
+def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: str,
+              out_cl: bool = False) -> LaunchPlan:
     kwp, j0 = row_window(g.kw, g.padding[1], vec)
     tiles_per_img = triton.cdiv(g.oh * g.ow, meta.BLOCK_M)
     constexprs = dict(
         C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
         SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
-        HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds_operands(precision), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds_operands(precision), OUT_CL=out_cl,
+        BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages)
     grid = (g.n * tiles_per_img, triton.cdiv(g.c_out, meta.BLOCK_N))
-    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), constexprs,
-                      tuple(sorted(constexprs.items())))
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), out_cl,
+                      constexprs, tuple(sorted(constexprs.items())))
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         out: torch.Tensor) -> tuple[Any, str]:
-    """Launch a plan on tensors that match it (the caller has checked them). Returns the compiled kernel and
-    the LLVM level it was compiled at (llvm_opt: a new binary is checked once, see there)."""
+    """Launch a plan on tensors that match it (the caller has checked them; `x` in the layout the plan was made
+    for, NCHW-contiguous). Returns the compiled kernel and the LLVM level it was compiled at (llvm_opt: a new
+    binary is checked once, see there)."""
     w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
     b = bias if bias is not None else x
     if x.device.type != "cuda":  # the interpreter compiles nothing
@@ -216,6 +226,8 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     the same for any batch) against float64. Inputs keep the real ones' 16-byte alignment."""
     cx = plan.constexprs
     xs, ws, bs, outs = check_inputs(1, x, weight, bias, out)
+    if plan.out_cl:  # channels_last, with the real output's alignment
+        outs = aligned_nan((1,) + tuple(out.shape[2:]) + (out.shape[1],), out).permute(0, 3, 1, 2)
     wp = pack_weight(ws, plan.pad_w, plan.vec, plan.round_weight)[0] if w is not weight else ws
     grid = (plan.grid[0] // x.shape[0], plan.grid[1])
     with llvm_opt.compiling_at(level):
@@ -237,11 +249,14 @@ def launch(
     vec: Optional[int] = None,
 ) -> Launched:
     """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use.
+    `x` in any layout other than NCHW (channels_last, strided) is converted first, inside this call (and so
+    inside any timing of it). The output is NCHW unless `out` is given channels_last.
     `vec` forces the input vector width (1, 2, 4); None picks the widest that alignment and precision allow."""
-    g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups)
+    x = x.contiguous()
+    g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups, out_channels_last=True)
     if vec is None:
         vec = choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
-    plan = make_plan(g, bias is not None, vec, meta, precision)
+    plan = make_plan(g, bias is not None, vec, meta, precision, writes_channels_last(out))
     compiled, level = run(plan, x, weight, bias, out)
     return Launched.from_compiled(out, compiled, level)
 
@@ -265,4 +280,5 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     # Stride-1/2 layers: BM=64 beat BM=128 by 20-30 % at BN=128 (alexnet_conv3 0.758 vs 0.983 ms);
     # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
     return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
-SOURCE_HASH = source_hash(_conv2d_igemm_kernel, round_tf32, round_to_tf32, choose_vec, row_window, pack_weight, make_plan, default_meta, launch)
+SOURCE_HASH = source_hash(_conv2d_igemm_kernel, round_tf32, round_to_tf32, choose_vec, row_window, pack_weight, make_plan,
+                          default_meta, launch, writes_channels_last)

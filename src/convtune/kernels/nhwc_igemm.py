@@ -16,6 +16,7 @@ their weight tile and input rows in L2.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -23,7 +24,8 @@ import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
-from convtune.kernels.common import Launched, Meta, WeightCache, check_conv_inputs, geometry, source_hash
+from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, check_conv_inputs, geometry, source_hash,
+                                     writes_channels_last)
 from convtune.kernels import llvm_opt
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
@@ -96,18 +98,70 @@ _packed = WeightCache()  # the weight in [C_out, KH, KW, C_in] order (TF32-round
 
 
 def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
-    """[C_out, C_in, KH, KW] → [C_out, KH, KW, C_in] contiguous, rounded to nearest TF32 if asked."""
+    """[C_out, C_in, KH, KW] → [C_out, KH, KW, C_in] contiguous, rounded to nearest TF32 if asked; always 16-byte
+    aligned (a channels_last weight is already in that order, and may be a view at any offset: then a copy), so
+    that its TMA descriptor depends on C_in alone (tma_fits)."""
     w = weight.permute(0, 2, 3, 1).contiguous()
-    return round_to_tf32(w) if round_tf32 else w
+    w = round_to_tf32(w) if round_tf32 else w
+    return w.clone() if w.data_ptr() % 16 else w
 
 
 def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
     return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
 
 
-def out_is_cl(out: torch.Tensor) -> bool:
-    """Whether to write `out` channels_last (for N·C·H·W with C or H·W of 1 both layouts are one, and either does)."""
-    return out.is_contiguous(memory_format=torch.channels_last) and not (out.is_contiguous() and out.shape[1] > 1)
+def tma_fits(c_in: int) -> bool:
+    """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight (16-byte aligned: pack_weight) needs every
+    tile a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
+    return c_in % 4 == 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    grid: tuple[int]
+    m: int  # output rows, N·OH·OW
+    out_shape: tuple[int, int, int, int]
+    round_weight: bool
+    out_cl: bool  # writes a channels_last output
+    constexprs: dict
+    binary_key: tuple
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
+              weight_tma: bool = True) -> LaunchPlan:
+    """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
+    H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
+    best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
+    resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py --weight-tma both,
+    docs/evidence/h200_issue13_tma.txt)."""
+    m = g.n * g.oh * g.ow
+    if m * g.c_out >= 2**31:
+        raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
+    rounds = rounds_operands(precision)
+    cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
+              SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
+              HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds, OUT_CL=out_cl,
+              W_TMA=weight_tma and tma_fits(g.c), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+              GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
+    grid = (triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
+    return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, cx, tuple(sorted(cx.items())))
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (the caller has checked them; `x` channels_last-contiguous, `out`
+    in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    wp = packed_weight(weight, plan.round_weight)
+    b = bias if bias is not None else x
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _launch(plan.constexprs, x, wp, b, out, plan.m, "none"), "none"
+    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan.constexprs, x, weight, bias, out, plan.round_weight),
+                            lambda: f"nhwc_igemm {plan.constexprs}")
+    with llvm_opt.compiling_at(level):
+        return _launch(plan.constexprs, x, wp, b, out, plan.m, level), level
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -115,47 +169,28 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
            groups: int = 1, weight_tma: bool = True) -> Launched:
     """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
     layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
-    unless `out` is given contiguous (NCHW). `weight_tma`: load the weight tiles through a TMA descriptor where
-    its rows allow one (tma_fits): on the H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2
-    0.691 against 0.809 ms at their best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on
-    resnet50_layer1_1x1 and 9 % on resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py
-    --weight-tma both, docs/evidence/h200_issue13_tma.txt)."""
+    unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan."""
     check_conv_inputs(x, weight, bias, groups, contiguous=False)
     g = geometry(x, weight, stride, padding, dilation)
-    n, c, h, w, c_out, kh, kw, oh, ow = g.n, g.c, g.h, g.w, g.c_out, g.kh, g.kw, g.oh, g.ow
-    st, pd, dl = g.stride, g.padding, g.dilation
-    if n * oh * ow * c_out >= 2**31:
-        raise UnsupportedProblem(f"the output has {n * oh * ow * c_out} elements; int32 indexing allows < 2**31")
     x = x.contiguous(memory_format=torch.channels_last)
     if out is None:
-        out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32, memory_format=torch.channels_last)
-    elif (tuple(out.shape) != (n, c_out, oh, ow) or out.dtype != torch.float32 or out.device != x.device
-          or not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last))):
-        raise UnsupportedProblem(f"out must be a float32 {(n, c_out, oh, ow)} tensor, contiguous or channels_last, "
-                                 f"on {x.device}")
-    rounds = rounds_operands(precision)
-    wp = packed_weight(weight, rounds)
-    cx = dict(C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KW=kw, SH=st[0], SW=st[1], PH=pd[0], PW=pd[1],
-              DH=dl[0], DW=dl[1], HAS_BIAS=bias is not None, PRECISION=dot_precision(precision), ROUND_A=rounds,
-              OUT_CL=out_is_cl(out), W_TMA=weight_tma and tma_fits(wp), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N,
-              BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
-    b = bias if bias is not None else x
-    if x.device.type != "cuda":  # the interpreter compiles nothing
-        return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, "none"), "none")
-    key = (tuple(sorted(cx.items())), x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, wp, b, out))
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, cx, x, weight, bias, out, rounds),
-                            lambda: f"nhwc_igemm {cx}")
-    with llvm_opt.compiling_at(level):
-        return Launched.from_compiled(out, _run(cx, x, wp, b, out, n * oh * ow, level), level)
+        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
+                          memory_format=torch.channels_last)
+    else:
+        _check_out(x, g, out)
+    plan = make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma)
+    compiled, level = run(plan, x, weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
 
 
-def tma_fits(wp: torch.Tensor) -> bool:
-    """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight needs a 16-byte aligned base, and every tile
-    a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
-    return wp.data_ptr() % 16 == 0 and wp.shape[3] % 4 == 0
+def _check_out(x: torch.Tensor, g: ConvGeometry, out: torch.Tensor) -> None:
+    shape = (g.n, g.c_out, g.oh, g.ow)
+    if (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
+            or not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last))):
+        raise UnsupportedProblem(f"out must be a float32 {shape} tensor, contiguous or channels_last, on {x.device}")
 
 
-def _run(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
+def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
     if cx["W_TMA"]:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -177,7 +212,7 @@ def _right_at(level: str, cx: dict, x: torch.Tensor, weight: torch.Tensor, bias:
     outs = aligned_nan(shape, out)
     outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
     with llvm_opt.compiling_at(level):
-        _run(cx, xs, pack_weight(ws, rounds), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"], level)
+        _launch(cx, xs, pack_weight(ws, rounds), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"], level)
     return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
 
 
@@ -201,5 +236,5 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
 
 
-SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, out_is_cl, tma_fits, _run,
-                          launch, default_meta)
+SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, writes_channels_last, tma_fits,
+                          make_plan, _launch, launch, default_meta)

@@ -47,7 +47,7 @@ def conv2d_triton(x, weight, bias, packed=None):
         x, wp, bias if bias is not None else x, out,
         C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
         PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
-        ROUND_A=ROUND, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        ROUND_A=ROUND, OUT_CL=False, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
         LLVM_OPT="O3",  # Triton's own level: every size is a constexpr, so the judge's check covers this binary
     )
     return out
