@@ -134,6 +134,21 @@ def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
     assert broken.read_text() == "pins: [1, 2\n"
 
 
+def test_export_takes_the_kernel_kernel_library_resolves_to_and_refuses_others_in_one_line(capsys, tmp_path, store,
+                                                                                           pins_file):
+    common = ("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", "export=kernelbench")
+    assert run_export(compose(*common, "kernel=library", f"export_path={tmp_path / 'a.py'}")) == 0  # NCHW: implicit_gemm
+    assert (tmp_path / "a.py").exists()
+    capsys.readouterr()
+    assert run_export(compose(*common, "kernel=library", "problem.layout=channels_last", "problem.in_channels=16",
+                              f"export_path={tmp_path / 'b.py'}")) == 1
+    assert capsys.readouterr().out.strip() == ("error: kernel='library' (runs nhwc_igemm for this problem) is not "
+                                               "exportable: 'implicit_gemm'")
+    assert run_export(compose(*common, "kernel=nhwc_igemm", f"export_path={tmp_path / 'c.py'}")) == 1
+    assert capsys.readouterr().out.strip() == "error: kernel='nhwc_igemm' is not exportable: 'implicit_gemm'"
+    assert not (tmp_path / "b.py").exists() and not (tmp_path / "c.py").exists()
+
+
 def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store, pins_file):
     out = tmp_path / "model_new.py"
     assert run_export(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", "export=kernelbench",

@@ -137,12 +137,19 @@ def prepare(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
     shape = (g.n, g.c_out, g.oh, g.ow)
     if out is None:
         out = torch.empty(shape, device=x.device, dtype=torch.float32)
-    elif (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
-          or not (out.is_contiguous() or (out_channels_last and out.is_contiguous(memory_format=torch.channels_last)))):
-        layouts = "contiguous or channels_last" if out_channels_last else "contiguous"
+    else:
+        check_out(x, out, shape, out_channels_last)
+    return g, out
+
+
+def check_out(x: torch.Tensor, out: torch.Tensor, shape: tuple[int, int, int, int], channels_last_ok: bool) -> None:
+    """A given `out` must be float32, shaped `shape`, on x's device, NCHW-contiguous (or channels_last where the
+    launcher writes that layout too)."""
+    if (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
+            or not (out.is_contiguous() or (channels_last_ok and out.is_contiguous(memory_format=torch.channels_last)))):
+        layouts = "contiguous or channels_last" if channels_last_ok else "contiguous"
         raise UnsupportedProblem(f"out must be a {layouts} float32 {shape} tensor on {x.device}, got "
                                  f"{tuple(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
-    return g, out
 
 
 def writes_channels_last(out: torch.Tensor) -> bool:

@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
-from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, check_conv_inputs, geometry, source_hash,
-                                     writes_channels_last)
+from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, check_conv_inputs, check_out, geometry,
+                                     source_hash, writes_channels_last)
 from convtune.kernels import llvm_opt
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
@@ -177,17 +177,10 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
         out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
                           memory_format=torch.channels_last)
     else:
-        _check_out(x, g, out)
+        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
     plan = make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma)
     compiled, level = run(plan, x, weight, bias, out)
     return Launched.from_compiled(out, compiled, level)
-
-
-def _check_out(x: torch.Tensor, g: ConvGeometry, out: torch.Tensor) -> None:
-    shape = (g.n, g.c_out, g.oh, g.ow)
-    if (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
-            or not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last))):
-        raise UnsupportedProblem(f"out must be a float32 {shape} tensor, contiguous or channels_last, on {x.device}")
 
 
 def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:

@@ -77,11 +77,12 @@ def run_export(cfg: DictConfig) -> int:
     if cfg.export != "kernelbench":
         print(f"error: export={cfg.export!r} is not allowed: 'kernelbench'")
         return 1
-    if cfg.kernel.name != "implicit_gemm":
-        print(f"error: kernel={cfg.kernel.name!r} is not exportable: 'implicit_gemm'")
-        return 1
     setup = resolve(cfg, swap_problem=False)  # the problem as named: writing the file runs no kernel
     setup.raise_error()
+    if setup.kernel_name != "implicit_gemm":  # kernel=library resolves per problem (setup)
+        runs = "" if setup.kernel_name == cfg.kernel.name else f" (runs {setup.kernel_name} for this problem)"
+        print(f"error: kernel={cfg.kernel.name!r}{runs} is not exportable: 'implicit_gemm'")
+        return 1
     # the configured (pinned or default) configuration, as the library would run it
     p, meta, source, precision = setup.problem, setup.configured_meta, setup.configured_source, setup.precision
     out = Path(cfg.export_path) if cfg.export_path else setup.cwd / "exports" / f"{p.name}.py"
