@@ -41,7 +41,7 @@ import yaml
 
 import convtune
 from convtune import functional
-from convtune.kernels import configured, get_variant, pins
+from convtune.kernels import library_choice, library_variant, pins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,10 +143,9 @@ def _contest_training(model_name: str, batch: int, pins_file: Path, scratch: Pat
     found = convtune.nn.problems(ref, x)
     ours = copy.deepcopy(ref)
     convtune.nn.convert(ours)
-    variant = get_variant(functional.LIBRARY_KERNEL)
     contested = []
     for p, layers in found.values():
-        value, source = configured(variant, scratch, gpu, p, precision)  # what the library's forward runs
+        value, source = library_choice(scratch, gpu, p, precision)  # what the library's forward runs
         if value != pins.TORCH:
             contested.append((p, layers, value, source))
     print(f"{gpu} · {model_name} at batch {batch}: {len(found)} distinct convolutions, {len(contested)} run "
@@ -172,7 +171,7 @@ def _contest_training(model_name: str, batch: int, pins_file: Path, scratch: Pat
                       "ratio_per_round": [round(v, 4) for v in ratios],
                       "twin_ratio_per_round": [round(v, 4) for v in twin],
                       "torch_version": str(torch.__version__), "triton_version": str(triton.__version__)}
-        pins.write_pin(pins_file, gpu, functional.LIBRARY_KERNEL, key, decision, provenance)
+        pins.write_pin(pins_file, gpu, library_variant(p.layout, p.in_channels), key, decision, provenance)
         print(f"{key} ({', '.join(layers)}): converted / handed back per round "
               f"{' '.join(f'{v:.4f}' for v in ratios)} (twin / torch {' '.join(f'{v:.4f}' for v in twin)}) → "
               f"training calls run {pins.describe(decision)} (written to {pins_file})", flush=True)

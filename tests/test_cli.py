@@ -1,6 +1,5 @@
 """Real `python run.py` subprocesses (Triton interpreter) writing to a temp SQLite store, read back with MLflow."""
 
-import os
 import re
 from pathlib import Path
 

@@ -10,8 +10,10 @@ import yaml
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional
+from convtune import functional, kernels
 from convtune.kernels import Meta, pins
+from convtune.kernels import implicit_gemm as ig
+from convtune.kernels import nhwc_igemm as nhwc
 from convtune.measure.occupancy import HOPPER, occupancy, warps_to_try
 
 def tf32_conv(x, w, b, stride, padding):
@@ -190,6 +192,94 @@ def test_a_pin_naming_another_backend_or_both_is_refused(tmp_path, entry):
         pins.load(f)
 
 
+def test_a_pin_that_names_another_kernel_is_written_read_and_found_as_the_nearest_pin(tmp_path):
+    """A promote of kernel=library may find the other kernel faster for a key: the entry under the rule's kernel
+    then names it ({kernel, meta}); a KernelPin of the section's own kernel is stored as a plain meta."""
+    f, m = tmp_path / "pins.yaml", Meta(64, 64, 32, 4, 3)
+    pins.write_pin(f, "G", "implicit_gemm", KEY, pins.KernelPin("nhwc_igemm", m), {"run_id": "r1"})
+    entry = pins.load(f)["pins"]["G"]["implicit_gemm"][KEY]
+    assert entry == {"kernel": "nhwc_igemm", "meta": m.as_dict(), "provenance": {"run_id": "r1"}}
+    default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
+    assert pins.lookup(pins.load(f), "G", "implicit_gemm", KEY, default) == (
+        pins.KernelPin("nhwc_igemm", m), f"pin G / implicit_gemm / {KEY}")
+    value, src = pins.lookup(pins.load(f), "G", "implicit_gemm", KEY.replace("n2-", "n8-"), default)
+    assert value == pins.KernelPin("nhwc_igemm", m) and src.startswith("nearest pin")
+    assert pins.describe(value) == "nhwc_igemm M64-N64-K32-w4-s3"
+    with pytest.raises(pins.PinChanged, match=r"M64-N64-K32-w4-s3 → nhwc_igemm M64-N64-K32-w4-s3"):
+        pins.write_pin(f, "G", "implicit_gemm", KEY, pins.TORCH, {}, expect=m)  # the same meta, another kernel
+    pins.write_pin(f, "G", "implicit_gemm", KEY, pins.KernelPin("implicit_gemm", m), {},
+                   expect=pins.KernelPin("nhwc_igemm", m))
+    assert pins.load(f)["pins"]["G"]["implicit_gemm"][KEY] == {"meta": m.as_dict(), "provenance": {}}
+
+
+@pytest.mark.parametrize("entry,names", [
+    ({"kernel": "cudnn", "meta": Meta(32, 32, 32, 4, 2).as_dict()}, "'cudnn'"),
+    ({"kernel": "implicit_gemm", "meta": Meta(32, 32, 32, 4, 2).as_dict()}, "'implicit_gemm'"),  # its own section
+    ({"kernel": "nhwc_igemm", "backend": "torch"}, "'nhwc_igemm'"),
+])
+def test_a_pin_naming_an_unknown_kernel_its_own_or_a_backend_too_is_refused(tmp_path, entry, names):
+    f = tmp_path / "pins.yaml"
+    f.write_text(yaml.safe_dump({"pins": {"G": {"implicit_gemm": {KEY: entry}}}}))
+    with pytest.raises(pins.PinsError, match=r"entry G / implicit_gemm / .*: 'kernel' names another of the library's "
+                       r"kernels \['implicit_gemm', 'nhwc_igemm'\] than the section's \('implicit_gemm'\), with a "
+                       rf"'meta' and no 'backend'; got kernel={names}"):
+        pins.load(f)
+
+
+NCHW16_KEY = "n2-c16-h9-w7-k20-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/ieee"
+
+
+def test_a_pin_naming_the_other_kernel_routes_the_call_there_in_either_layout(tmp_path, monkeypatch, caplog):
+    """An NCHW call whose pin names nhwc_igemm runs it on a channels_last copy, writing the NCHW output itself; a
+    channels_last call whose pin names implicit_gemm runs that on an NCHW copy. Values and gradients are torch's,
+    each output in its call's layout; the cached plan shows which kernel ran."""
+    x_cl, w, b = _cl_call()
+    x = x_cl.contiguous()
+    m = Meta(16, 32, 16, 2, 2)
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "interpreter", "implicit_gemm", NCHW16_KEY, pins.KernelPin("nhwc_igemm", m), {})
+    pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, pins.KernelPin("implicit_gemm", m), {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    for inp, kernel, plan_type, layout in ((x, "nhwc_igemm", nhwc.LaunchPlan, torch.contiguous_format),
+                                           (x_cl, "implicit_gemm", ig.LaunchPlan, torch.channels_last)):
+        functional.forget_choices()
+        caplog.clear()
+        xr, wr = inp.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        wg = w.clone().requires_grad_()
+        with caplog.at_level("DEBUG", logger="convtune.functional"):
+            y = convtune.conv2d(inp, wg, b, padding=1, precision="ieee")
+        assert f"{kernel} M16-N32-K16-w2-s2 from pin interpreter / " in caplog.text, caplog.text
+        assert [type(p) for p in functional._plans.values()] == [plan_type]
+        assert y.is_contiguous(memory_format=layout)
+        ref = F.conv2d(xr, wr, b.double(), 1, 1)
+        torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
+        y.square().sum().backward()
+        ref.square().sum().backward()
+        torch.testing.assert_close(wg.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
+    functional.forget_choices()
+
+
+def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
+    """The tracker's kernel=library measures what the library runs: the pinned kernel with its configuration
+    (recorded as that kernel's run); a torch pin leaves the rule's kernel at its default."""
+    from convtune.setup import resolve
+    from tests.conftest import compose
+
+    f = tmp_path / "pins.yaml"
+    m = Meta(16, 32, 16, 2, 2)
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY, pins.KernelPin("nhwc_igemm", m), {})
+    s = resolve(compose("problem=tiny", "kernel=library", f"pins_file={f}"))
+    s.raise_error()
+    assert (s.variant.name, s.pin_variant.name, s.meta) == ("nhwc_igemm", "implicit_gemm", m)
+    assert s.meta_source == f"pin interpreter / implicit_gemm / {KEY}" and s.kernel_name == "nhwc_igemm"
+    s = resolve(compose("problem=tiny", "kernel=implicit_gemm", f"pins_file={f}"))  # the kernel named: its default
+    assert s.variant.name == "implicit_gemm" and s.meta == s.variant.default_meta(20, 1, 17, "tf32")
+    assert s.meta_source == f"implicit_gemm default (pin interpreter / implicit_gemm / {KEY} runs nhwc_igemm M16-N32-K16-w2-s2)"
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY, pins.TORCH, {})
+    s = resolve(compose("problem=tiny", "kernel=library", f"pins_file={f}"))
+    assert s.variant.name == "implicit_gemm" and s.meta_source.endswith("runs torch)")
+
+
 def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, caplog):
     """ieee, so torch's CPU convolution is what torch itself computes: the output is bitwise F.conv2d's with the
     torch pin, and our kernel's (equal within 1e-5, not bitwise) without it."""
@@ -349,8 +439,8 @@ def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels
     """library_variant: 16 or more input channels, a multiple of 4 (nhwc_igemm's 16-byte loads and TMA); else
     implicit_gemm on an NCHW copy, which writes the channels_last output itself. Values, layout and gradients
     are torch's either way."""
-    assert functional.library_variant("channels_last", channels) == kernel
-    assert functional.library_variant("nchw", channels) == "implicit_gemm"
+    assert kernels.library_variant("channels_last", channels) == kernel
+    assert kernels.library_variant("nchw", channels) == "implicit_gemm"
     g = torch.Generator().manual_seed(channels)
     x = torch.rand(2, channels, 6, 5, generator=g).to(memory_format=torch.channels_last).requires_grad_()
     w = (torch.rand(7, channels, 3, 2, generator=g) - 0.5).requires_grad_()

@@ -48,11 +48,12 @@ def promote_here(capsys, store, pins_file, *args):
 IDENTITY = Identity("interpreter", "implicit_gemm", get_variant("implicit_gemm").source_hash, KEY.rsplit("/", 1)[0], "tf32")
 
 
-def record(store, meta, latency_ms, status=Status.OK, **tags):
+def record(store, meta, latency_ms, status=Status.OK, kernel="implicit_gemm", **tags):
     """A run as a job records it (the run record's identity tags, the launch keys, the latency)."""
     t = Tracker(store)
     exp = t.experiment_id("tiny [interpreter]")
-    run = t.start_run(exp, meta.short(), {**IDENTITY.tags(), "status": status, **tags})
+    identity = Identity("interpreter", kernel, get_variant(kernel).source_hash, IDENTITY.problem_key, "tf32")
+    run = t.start_run(exp, meta.short(), {**identity.tags(), "status": status, **tags})
     t.log(run, params=meta.as_dict(), metrics={"latency_ms": latency_ms} if status == Status.OK else {})
     t.end(run, Status.mlflow(status))
     return run
@@ -70,7 +71,7 @@ def test_promote_replaces_a_slow_pin_and_ignores_failed_stale_and_other_device_r
                plant(store, status="incorrect")]
     status, out = promote_here(capsys, store, pins_file)
     assert status == 0
-    assert "ignoring 1 run(s) made with an older kernel source" in out
+    assert "ignoring 1 implicit_gemm run(s) made with an older kernel source" in out
     assert "decision: PROMOTE" in out and not any(p in out for p in planted)
     entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
     assert entry["meta"] == FAST.as_dict()
@@ -235,3 +236,46 @@ def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins
     # without torch in the contest, a pin can never become torch
     status, out = promote_here(capsys, store, pins_file.parent / "other.yaml", "precision=ieee", "promote.torch=false")
     assert status == 0 and "torch.nn.functional" not in out and "decision: KEEP" in out
+
+
+def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsys, store, pins_file):
+    """promote kernel=library weighs the runs of every kernel the library has for the key: where nhwc_igemm's run
+    wins, the pin under the rule's kernel (implicit_gemm for an NCHW key) names it; where implicit_gemm's wins again,
+    the pin is a plain configuration, with the kernel it replaced in its provenance. Logged numbers decide here
+    (promote.remeasure=false), so nothing depends on the interpreter's timing."""
+    record(store, SLOW, 5.0)
+    nhwc = record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
+    status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
+    assert status == 0, out
+    assert "kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm)" in out
+    assert re.search(r"^\| candidate \(winner\) \| nhwc_igemm: BLOCK_M=64 BLOCK_N=32 ", out, re.M), out
+    assert re.search(r"^\| pin \| implicit_gemm: BLOCK_M=16 ", out, re.M), out
+    assert "the library now runs convtune's nhwc_igemm" in out
+    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    assert entry["kernel"] == "nhwc_igemm" and entry["meta"] == Meta(64, 32, 16, 4, 2).as_dict()
+    prov = entry["provenance"]
+    assert prov["run_id"] == nhwc and prov["kernel_source_hash"] == get_variant("nhwc_igemm").source_hash
+    assert prov["previous"]["meta"] == SLOW.as_dict() and "kernel" not in prov["previous"]
+    # a promote of implicit_gemm alone contests the pin (nhwc_igemm's) with implicit_gemm's runs only
+    status, out = promote_here(capsys, store, pins_file, "kernel=implicit_gemm", "promote.remeasure=false")
+    assert status == 0 and "decision: KEEP: the current pin is the fastest contender" in out, out
+    assert re.search(r"^\| pin \| nhwc_igemm: BLOCK_M=64 ", out, re.M) and "| candidate | implicit_gemm:" in out
+    faster = record(store, FAST, 0.1)
+    status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
+    assert status == 0 and "the library now runs convtune's implicit_gemm" in out, out
+    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    assert "kernel" not in entry and entry["meta"] == FAST.as_dict() and entry["provenance"]["run_id"] == faster
+    assert entry["provenance"]["previous"] == {"kernel": "nhwc_igemm", "meta": Meta(64, 32, 16, 4, 2).as_dict(),
+                                               "source": "pin", "run_id": nhwc}
+
+
+def test_kernel_library_remeasures_each_kernel_on_its_own_launch(capsys, store, pins_file):
+    """Re-measured on the interpreter, both kernels run the key's inputs and pass the check; min_gain=100 makes
+    the decision KEEP whatever the timings, so only the contest's launches are under test."""
+    record(store, FAST, 0.5)
+    record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
+    status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.min_gain=100", "promote.torch=false")
+    assert status == 0 and "decision: KEEP" in out, out
+    rows = re.findall(r"^\| (pin|candidate) \| (implicit_gemm|nhwc_igemm): .*\| (yes|NO) \| [^|]*\|$", out, re.M)
+    assert sorted(rows) == [("candidate", "implicit_gemm", "yes"), ("candidate", "nhwc_igemm", "yes"),
+                            ("pin", "implicit_gemm", "yes")], out

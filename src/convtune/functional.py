@@ -2,10 +2,13 @@
 kernel with the pinned configuration, or torch's own convolution where torch won the contest for that key
 (pins.TORCH). Never autotunes. A lookup happens once per call signature and is then cached.
 
-Which kernel: a call whose output torch lays out NCHW runs `implicit_gemm` (on an NCHW copy of any other
-input); a channels_last call runs `nhwc_igemm` on its channels_last input where the input has enough channels
-(kernels.library_variant), else `implicit_gemm` on an NCHW copy, writing the channels_last output directly.
-The pins of each kernel are looked up under the call's layout (the problem key's `nchw` / `channels_last`)."""
+Which kernel: the pin for the call's key decides (kernels.library_choice), and where none has, the rule
+(kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
+runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name the other kernel
+(a promote of `kernel=library` found it faster for that key). Each kernel reads its own layout, `implicit_gemm`
+NCHW and `nhwc_igemm` channels_last, so an input in the other layout is copied inside the call; each writes the
+output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
+`channels_last`)."""
 
 from __future__ import annotations
 
@@ -16,13 +19,13 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import configured, get_variant, library_variant, pins, torch_conv
+from convtune.kernels import library_choice, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
-from convtune.kernels.common import Meta, check_conv_inputs, geometry, prepare
+from convtune.kernels.common import check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
 
-LIBRARY_KERNEL = "implicit_gemm"  # NCHW calls, and channels_last calls with few input channels
+LIBRARY_KERNEL = "implicit_gemm"  # NCHW calls, and channels_last calls with few input channels (by default)
 CHANNELS_LAST_KERNEL = "nhwc_igemm"  # channels_last calls otherwise (kernels.library_variant)
 log = logging.getLogger(__name__)
 _plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, nhwc.LaunchPlan, or pins.TORCH
@@ -63,8 +66,8 @@ def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
 
 
 def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-           precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[Meta, str], str]:
-    """What the library runs for this call (a Meta for the kernel kernels.library_variant names, or pins.TORCH) and
+           precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[pins.KernelPin, str], str]:
+    """What the library runs for this call (a pins.KernelPin: the kernel and its configuration; or pins.TORCH) and
     where that comes from (pin, nearest pin, default). `training`: the call records gradients (records_gradients), and a
     "+train" pin for the shape decides first. `layout`: the call's (call_layout, read off x and weight if None)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
@@ -73,7 +76,7 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     layout = layout or call_layout(x, weight)
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
     path = pins.default_path()
-    value, source = configured(get_variant(library_variant(layout, c)), path, device_key(x), p, precision, training)
+    value, source = library_choice(path, device_key(x), p, precision, training)
     log.debug("convtune.conv2d %s/%s%s: %s from %s (%s)", p.key(), precision, " (training)" if training else "",
               pins.describe(value), source, path)
     return value, source
@@ -84,8 +87,8 @@ Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, str]
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
           dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
-    """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH). `x` is
-    NCHW-contiguous, or channels_last-contiguous for a channels_last call (`layout`); weight and bias contiguous."""
+    """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH). `x` is the
+    call's input in either layout (`layout` is the call's); weight and bias contiguous."""
     if isinstance(padding, str):
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     _check(x, weight, bias, groups)
@@ -94,10 +97,11 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
     if value == pins.TORCH:
         return pins.TORCH
     out_cl = layout == "channels_last"
-    if library_variant(layout, g.c) == CHANNELS_LAST_KERNEL:
-        return nhwc.make_plan(g, bias is not None, value, precision, out_cl)
-    vec = ig.choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
-    return ig.make_plan(g, bias is not None, vec, value, precision, out_cl)
+    if value.kernel == CHANNELS_LAST_KERNEL:  # type: ignore[union-attr]
+        return nhwc.make_plan(g, bias is not None, value.meta, precision, out_cl)  # type: ignore[union-attr]
+    # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as _run makes it
+    vec = ig.choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
+    return ig.make_plan(g, bias is not None, vec, value.meta, precision, out_cl)  # type: ignore[union-attr]
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int) -> None:
@@ -149,15 +153,12 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
          dilation: Any, groups: int, precision: str, training: bool = False) -> torch.Tensor:
     """The kernel itself: the cached plan for this signature (made, with every check, on its first call). An
     NCHW-contiguous input makes an NCHW call; any other a channels_last call, with a channels_last output."""
-    if input.is_contiguous():
-        layout, x = "nchw", input
-    else:  # the copy a kernel needs (kernels.library_variant: few channels go to implicit_gemm) is part of the call
-        layout = "channels_last"
-        x = input.contiguous() if library_variant(layout, input.shape[1]) == LIBRARY_KERNEL else \
-            input.contiguous(memory_format=torch.channels_last)
-    plan = _cached_plan(x, weight, bias, stride, padding, dilation, groups, precision, training, layout)
+    layout = "nchw" if input.is_contiguous() else "channels_last"
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
+    # the layout the plan's kernel reads; a copy into it (none where the input has it) is part of the call
+    x = input.contiguous(memory_format=torch.channels_last) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
@@ -331,7 +332,7 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     Any layout is taken, and the output follows torch's rule (output_format). A call with an NCHW output runs
     implicit_gemm on the input, copied to NCHW if it is not; a channels_last call runs nhwc_igemm on the input
     as it is (copied to channels_last if strided otherwise), or where it has few channels (kernels.library_variant)
-    implicit_gemm on an NCHW copy. The first call of a signature (shapes, layout, padding, precision, device,
+    implicit_gemm on an NCHW copy; a pin may name the other kernel for its key. The first call of a signature (shapes, layout, padding, precision, device,
     input alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
     Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
     torch.compile inside the operator, as the pin is read when the call runs)."""

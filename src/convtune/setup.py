@@ -201,7 +201,8 @@ class Setup:
     problem_node: Any = None  # the `problem` config node to run (tiny under the interpreter, if swapped)
     notice: Optional[str] = None  # one line for the user when the problem was swapped
     problem: Optional[ConvProblem] = None
-    variant: Any = None  # convtune.kernels.KernelVariant
+    variant: Any = None  # convtune.kernels.KernelVariant: the kernel the run measures
+    pin_variant: Any = None  # the variant whose pins section holds the key's pin (kernel=library: by the rule)
     precision: str = ""
     check: str = ""
     given: dict[str, Optional[int]] = field(default_factory=dict)  # the launch keys as the config gives them
@@ -425,11 +426,18 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
             s.timing = replace(s.timing, rounds=min(b.rounds, INTERPRETER_TIMING["rounds"]),
                                reps=min(b.reps, INTERPRETER_TIMING["reps"]), warmup=INTERPRETER_TIMING["warmup"])
         s.problem = ConvProblem.from_mapping(s.problem_node)
-        s.variant = kernels.variant_for(cfg.kernel.name, s.problem)
+        s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
         s.pins_path = pins_path(cfg, s.cwd)
         gpu = cfg.promote.device_name or s.gpu
-        s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_path, gpu, s.problem,
-                                                                         s.precision)
+        # kernel=library measures what the library runs: the pin may name the other kernel (or torch: then the
+        # rule's kernel at its default, as configured_meta says)
+        choice, source = kernels.library_choice(s.pins_path, gpu, s.problem, s.precision) \
+            if cfg.kernel.name == kernels.LIBRARY else (None, "")
+        if isinstance(choice, kernels.pins.KernelPin):
+            s.variant, s.configured_meta, s.configured_source = kernels.get_variant(choice.kernel), choice.meta, source
+        else:
+            s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_path, gpu, s.problem,
+                                                                             s.precision)
         s.meta = kernels.Meta.fill(s.given, s.configured_meta)
         s.meta_source = "explicit" if all(v is not None for v in s.given.values()) else s.configured_source
     except (ValueError, RuntimeError) as e:  # ConfigError, PinsError, UnsupportedProblem, a device mismatch

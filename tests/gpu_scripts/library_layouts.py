@@ -1,18 +1,27 @@
 """GPU check of the library's layouts (issue 13): convtune.conv2d and convtune.nn.Conv2d on random shapes with
 NCHW and channels_last inputs (and channels_last weights), without gradients and with them, against float64 and
 torch: the values within the precision's tolerance, the output laid out as torch lays it out, the gradients
-torch's, and each call on the kernel kernels.library_variant names. Prints a count per kernel and layout and
-'ok' at the end; any failure raises."""
+torch's, and each call on the kernel its pin names: every third call's key is pinned (in a pins file of this
+script's own) to the kernel the rule (kernels.library_variant) would not pick, so that an NCHW call runs
+nhwc_igemm on a channels_last copy and a channels_last call implicit_gemm on an NCHW copy. Prints a count per
+kernel and layout and 'ok' at the end; any failure raises."""
 
 import collections
+import os
 import random
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-import convtune
-from convtune import functional
-from convtune.kernels import library_variant
+PINS = Path(tempfile.mkdtemp()) / "pins.yaml"
+os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random shapes, no pins but these
+
+import convtune  # noqa: E402
+from convtune import functional  # noqa: E402
+from convtune.kernels import get_variant, library_variant, pins  # noqa: E402
+from convtune.problem import ConvProblem  # noqa: E402
 
 random.seed(13)
 TOL = {"tf32": 5e-3, "ieee": 1e-5}  # relative L2 against float64 (selfcheck's tf32 bound; ieee as fp32)
@@ -39,6 +48,16 @@ def check(i: int) -> None:
     elif layout == "channels_last weight":
         wt = wt.contiguous(memory_format=torch.channels_last)
     grad = i % 4 == 0
+    call = functional.call_layout(x, wt)
+    rule = library_variant(call, c)
+    other = "implicit_gemm" if rule == "nhwc_igemm" else "nhwc_igemm"
+    routed = i % 2 == 1
+    functional.forget_choices()  # so that the plans cached after the call are this call's
+    if routed:  # pin this key to the other kernel, at its default configuration
+        problem = ConvProblem("", n, c, h, w, k, kh, kw, s, p, d, 1, b is not None, layout=call)
+        meta = get_variant(other).default_meta(k, s[1], w, precision)
+        pins.write_pin(PINS, torch.cuda.get_device_name(), rule, pins.pin_key(problem.key(), precision),
+                       pins.KernelPin(other, meta), {"note": "library_layouts.py: routed"})
     xg, wg = x.clone().requires_grad_(grad), wt.clone().requires_grad_(grad)
     ours = convtune.conv2d(xg, wg, b, s, p, d)
     theirs_x, theirs_w = x.clone().requires_grad_(grad), wt.clone().requires_grad_(grad)
@@ -50,11 +69,13 @@ def check(i: int) -> None:
     for fmt in (torch.contiguous_format, torch.channels_last):
         assert ours.is_contiguous(memory_format=fmt) == theirs.is_contiguous(memory_format=fmt), f"{label}: layout {fmt}"
     worst_vs_torch[precision] = max(worst_vs_torch[precision], float((ours - theirs).detach().abs().max()))
-    call = functional.call_layout(x, wt)
-    kernel = library_variant(call, c)
     value, source = functional.lookup(x, wt, b is not None, s, p, d, precision, grad)
-    assert kernel in source or source.startswith("torch") or value == "torch", f"{label}: {kernel} not in {source!r}"
-    seen[(kernel, call, "torch pin" if value == "torch" else "kernel")] += 1
+    assert value != pins.TORCH, f"{label}: pinned to torch ({source})"
+    assert value.kernel == (other if routed else rule) and routed == source.startswith("pin "), \
+        f"{label}: runs {value.kernel} ({source}), the rule says {rule}"
+    planned = [type(v).__module__.rsplit(".", 1)[-1] for v in functional._plans.values()]
+    assert planned == [value.kernel], f"{label}: planned {planned} for {value.kernel}"
+    seen[(value.kernel, call, "pinned there" if routed else "by the rule")] += 1
     if grad:
         ours.square().sum().backward()
         theirs.square().sum().backward()

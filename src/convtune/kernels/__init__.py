@@ -38,27 +38,37 @@ VARIANTS: dict[str, KernelVariant] = {
 
 def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,
                training: bool = False) -> tuple[pins.Pinned, str]:
-    """What the library runs for a call: the pin for (gpu, variant, problem, precision), else the nearest
+    """What `variant`'s pins say for a call: the pin for (gpu, variant, problem, precision), else the nearest
     pinned shape of the same geometry, else the variant's default for the problem's class. A pin may say
-    pins.TORCH (torch's convolution won the contest for that key). `training` (a call that records
-    gradients): a "+train" pin for the shape, exact or nearest, comes first. `problem` is a
-    convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (Meta or pins.TORCH, source)."""
+    pins.TORCH (torch's convolution won the contest for that key) or name another kernel (a pins.KernelPin: that
+    kernel won it). `training` (a call that records gradients): a "+train" pin for the shape, exact or nearest,
+    comes first. `problem` is a convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (Meta,
+    KernelPin or pins.TORCH, source)."""
     data = pins.load(pins_file)
+    found = None
     if training:
         found = pins.find(data, gpu, variant.name, pins.pin_key(problem.key(), precision, training=True))
-        if found is not None:
-            return found
-    return pins.lookup(data, gpu, variant.name, pins.pin_key(problem.key(), precision),
-                       lambda: _default(variant, problem, precision))
+    value, source = found or pins.lookup(data, gpu, variant.name, pins.pin_key(problem.key(), precision),
+                                         lambda: _default(variant, problem, precision))
+    return value, source
 
 
 def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
-    """The kernel configuration a run measures: as `configured`, but where the pin says torch, the variant's
-    default (a run measures convtune's kernel; the source says the library would run torch)."""
+    """The kernel configuration a run of `variant` measures: as `configured`, but where the pin says torch or
+    another kernel, the variant's default (a run measures this kernel; the source says what the library runs)."""
     value, source = configured(variant, pins_file, gpu, problem, precision)
     if isinstance(value, Meta):
         return value, source
-    return _default(variant, problem, precision), f"{variant.name} default ({source} runs torch)"
+    return _default(variant, problem, precision), f"{variant.name} default ({source} runs {pins.describe(value)})"
+
+
+def library_choice(pins_file: Path, gpu: str, problem: Any, precision: str,
+                   training: bool = False) -> tuple[pins.Pinned, str]:
+    """What the library runs for a call of `problem` (its layout and channels pick the section, library_variant):
+    a pins.KernelPin naming the kernel and its configuration, or pins.TORCH; and where that comes from."""
+    home = get_variant(library_variant(problem.layout, problem.in_channels))
+    value, source = configured(home, pins_file, gpu, problem, precision, training)
+    return (pins.KernelPin(home.name, value) if isinstance(value, Meta) else value), source
 
 
 def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
@@ -72,11 +82,15 @@ def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
 # 16-byte loads and TMA need C_in % 4 == 0.
 LIBRARY = "library"
 NHWC_MIN_CHANNELS = 16
+LIBRARY_KERNELS = pins.LIBRARY_KERNELS  # what a pin may name and a promote of kernel=library contests
 
 
 def library_variant(layout: str, in_channels: int) -> str:
-    """The kernel variant the library runs for a call in `layout` ("nchw" or "channels_last", the output's)
-    whose input has `in_channels` channels."""
+    """The kernel variant the library runs, where no pin has decided otherwise, for a call in `layout` ("nchw" or
+    "channels_last", the output's) whose input has `in_channels` channels; its pins decide the call
+    (library_choice). An NCHW call stays on implicit_gemm by default although nhwc_igemm on a channels_last copy
+    ran the suite's stride-1 layers 2-3x faster on the H200: it ran resnet50_layer1_1x1 5x slower (0.424 against
+    0.085 ms; docs/PERFORMANCE.md, session 11), so that choice is left to a contest per shape."""
     if layout == "channels_last" and in_channels >= NHWC_MIN_CHANNELS and in_channels % 4 == 0:
         return "nhwc_igemm"
     return "implicit_gemm"
@@ -91,9 +105,11 @@ def get_variant(name: str) -> KernelVariant:
 
 
 def variant_for(name: str, problem: Any) -> KernelVariant:
-    """The variant `kernel.name` names for `problem` (a ConvProblem): LIBRARY resolves by library_variant."""
+    """The variant whose pins section `kernel.name` names for `problem` (a ConvProblem): LIBRARY resolves by
+    library_variant (what a pin there says runs is library_choice's answer)."""
     return get_variant(library_variant(problem.layout, problem.in_channels) if name == LIBRARY else name)
 
 
-__all__ = ["LIBRARY", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured", "configured_meta", "get_variant",
-           "library_variant", "validate_meta", "validate_precision", "variant_for"]
+__all__ = ["LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured",
+           "configured_meta", "get_variant", "library_choice", "library_variant", "validate_meta",
+           "validate_precision", "variant_for"]

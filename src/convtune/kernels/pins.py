@@ -1,8 +1,13 @@
 """Pinned launch configurations: data in the package (pins.yaml), read by the library, written by promote.
 
-Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") →
-{meta: {BLOCK_M, ...}, provenance: {...}}, or {backend: torch, provenance: {...}} where torch's own convolution
-(cuDNN on a GPU) won the contest for that key: the library then runs torch for it. A key ending in "+train"
+Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") → one of
+- {meta: {BLOCK_M, ...}, provenance: {...}}: that variant runs with this configuration;
+- {backend: torch, provenance: {...}}: torch's own convolution (cuDNN on a GPU) won the contest for that key, and
+  the library runs torch for it;
+- {kernel: <another variant>, meta: {...}, provenance: {...}}: another of convtune's kernels won it (a promote of
+  `kernel=library` contests every kernel the library has), and the library runs that one with this configuration.
+A variant's entries are what the library does with the calls its rule gives that variant
+(kernels.library_variant): the rule picks the kernel where no pin has decided. A key ending in "+train"
 ("<shape key>/<precision>+train", written by benchmarks/pin_model.py --train from whole train steps of a model)
 decides the calls that record gradients; where a shape has none, those calls follow the plain key. Writes take a file lock, re-read the file under it, change one
 entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -25,14 +31,31 @@ from convtune.kernels.common import Meta, validate_meta
 PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
 ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location
 HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only with care.\n"
-          "# pins -> GPU name -> kernel variant -> problem key/precision -> {meta, provenance}\n")
+          "# pins -> GPU name -> kernel variant -> problem key/precision -> {meta | backend: torch | kernel, meta;\n"
+          "#   provenance}\n")
 # The last line of a file promote writes. Cut short (a copy or a disk that filled), the rest may still be valid
 # YAML with pins missing, which the library would use silently; a file that has the header and not this line
 # is refused. A file without the header (written by hand) is taken as it is.
 END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
 TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
-Pinned = Union[Meta, str]  # a Meta (convtune's kernel with this configuration) or TORCH
+LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm")  # the kernels a pin may name (kernel=library contests them all)
+
+
+@dataclass(frozen=True)
+class KernelPin:
+    """A pin that names its kernel: convtune's kernel `kernel` with `meta`. In a file, an entry under another
+    variant's section says {kernel, meta}; an entry under its own section is a plain {meta}."""
+
+    kernel: str
+    meta: Meta
+
+    def short(self) -> str:
+        return f"{self.kernel} {self.meta.short()}"
+
+
+# A Meta (the section's own kernel with this configuration), a KernelPin (another kernel), or TORCH
+Pinned = Union[Meta, KernelPin, str]
 
 
 class PinsError(ValueError):
@@ -85,7 +108,14 @@ def load(path: Path) -> dict[str, Any]:
                 raise PinsError(f"pins file {path}: pins / {gpu} / {kernel} must map problem keys to pins")
             for key, entry in (entries or {}).items():
                 where = f"pins file {path}: entry {gpu} / {kernel} / {key}"
-                if isinstance(entry, dict) and "backend" in entry:
+                if not isinstance(entry, dict):
+                    raise PinsError(f"{where} must be a mapping (meta, backend or kernel, provenance)")
+                named = entry.get("kernel")
+                if "kernel" in entry and (named not in LIBRARY_KERNELS or named == kernel or "backend" in entry):
+                    raise PinsError(f"{where}: 'kernel' names another of the library's kernels "
+                                    f"{list(LIBRARY_KERNELS)} than the section's ({kernel!r}), with a 'meta' and no "
+                                    f"'backend'; got kernel={named!r}")
+                if "backend" in entry:
                     if entry["backend"] != TORCH or "meta" in entry:
                         raise PinsError(f"{where}: 'backend' may only be {TORCH!r} (torch's convolution runs), "
                                         f"and then without 'meta'; got backend={entry['backend']!r}")
@@ -106,19 +136,37 @@ def entries(data: dict[str, Any], gpu: str, kernel: str) -> dict[str, Any]:
 
 
 def pinned(entry: dict[str, Any]) -> Pinned:
-    """What one (loaded, so valid) entry runs: its Meta, or TORCH."""
-    return TORCH if entry.get("backend") == TORCH else Meta(**entry["meta"])
+    """What one (loaded, so valid) entry runs: its Meta, a KernelPin (another kernel), or TORCH."""
+    if entry.get("backend") == TORCH:
+        return TORCH
+    meta = Meta(**entry["meta"])
+    return KernelPin(entry["kernel"], meta) if "kernel" in entry else meta
 
 
 def describe(value: Union[Pinned, None]) -> str:
-    """A pin's value in a message: the short configuration, 'torch' or 'none'."""
+    """A pin's value in a message: the short configuration (after its kernel's name where it names one),
+    'torch' or 'none'."""
     return "none" if value is None else (TORCH if value == TORCH else value.short())  # type: ignore[union-attr]
+
+
+def in_section(value: Pinned, kernel: str) -> Pinned:
+    """A value as an entry of `kernel`'s section holds it: a KernelPin of that kernel is its plain Meta."""
+    return value.meta if isinstance(value, KernelPin) and value.kernel == kernel else value
+
+
+def as_entry(value: Pinned) -> dict[str, Any]:
+    """A value as a file's entry holds it (without provenance)."""
+    if value == TORCH:
+        return {"backend": TORCH}
+    if isinstance(value, KernelPin):
+        return {"kernel": value.kernel, "meta": value.meta.as_dict()}
+    return {"meta": value.as_dict()}  # type: ignore[union-attr]
 
 
 def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, provenance: dict[str, Any],
               expect: Any = UNCHECKED) -> tuple[str, str]:
-    """Set one pin (a Meta, or TORCH), leaving every other entry untouched. Returns the file's text before and
-    after.
+    """Set one pin (a Meta, a KernelPin or TORCH) in `kernel`'s section, leaving every other entry untouched.
+    Returns the file's text before and after.
 
     `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
     another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
@@ -129,12 +177,12 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
         data = load(path)  # refuses a broken file before anything is written
         now = entries(data, gpu, kernel).get(key)
         now_value = pinned(now) if now else None
-        if expect is not UNCHECKED and now_value != expect:
+        if expect is not UNCHECKED and now_value != (expect if expect is None else in_section(expect, kernel)):
             by = f" by run {now['provenance'].get('run_id')}" if now and now.get("provenance") else ""
             raise PinChanged(f"pins file {path}: the pin for {gpu} / {kernel} / {key} changed while this ran "
                              f"({describe(expect)} → {describe(now_value)}{by}); nothing written: run promote "
                              "again to contest the pin now in place")
-        body = {"backend": TORCH} if value == TORCH else {"meta": value.as_dict()}  # type: ignore[union-attr]
+        body = as_entry(in_section(value, kernel))
         data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {**body, "provenance": provenance}
         after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -166,7 +214,7 @@ def _geometry(key: str) -> tuple[str, int]:
 
 def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
            default: Callable[[], Meta]) -> tuple[Pinned, str]:
-    """What is pinned for this exact key (a Meta, or TORCH); else for the nearest pinned shape with the same
+    """What is pinned for this exact key (a Meta, a KernelPin or TORCH); else for the nearest pinned shape with the same
     kernel geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in
     batch·H·W); else the kernel's default. Returns (value, where it came from)."""
     found = find(data, gpu, kernel, key)

@@ -4,8 +4,9 @@ decide with a bootstrap interval whether the best beats the current pin by at le
 Interleaving (A B C A B C ...) makes clock or thermal drift hit every contender alike; the statistic is
 the per-round speed ratio pin / candidate, so drift common to a round cancels out.
 
-A contender is convtune's kernel with one configuration, or torch's own convolution at the same precision
-(pins.TORCH, role "torch"): where torch wins, the pin says so and the library runs torch for that key.
+A contender is one of convtune's kernels with one configuration (a promote of `kernel=library` weighs every
+kernel the library has), or torch's own convolution at the same precision (pins.TORCH, role "torch"): where torch
+wins, the pin says so and the library runs torch for that key.
 Against torch, GPU time alone is not enough: a model whose GPU waits on the host (ResNet-50 at batch 32 on the
 H200: ~4-6 ms of host enqueue for ~4.8 ms of GPU work) pays each call's host cost in full. Our stem won on GPU
 time (0.17 against 0.32 ms) and still made that model 4-8 % slower: its call costs ~190 us of host time there
@@ -33,7 +34,7 @@ from convtune.problem import ConvProblem
 
 @dataclass
 class Contender:
-    meta: Union[Meta, str]  # a configuration of the kernel, or TORCH
+    meta: Union[Meta, str]  # a configuration of `kernel`, or TORCH
     role: str  # "pin", "default" (no pin yet), "candidate" or "torch"
     run_id: Optional[str] = None
     logged_ms: Optional[float] = None
@@ -41,6 +42,7 @@ class Contender:
     correct: Optional[bool] = None
     rounds_ms: list[float] = field(default_factory=list)
     idle_ms: list[float] = field(default_factory=list)  # per round: one call from an idle GPU, host cost included
+    kernel: Optional[KernelVariant] = None  # the kernel `meta` configures (None for TORCH)
 
     @property
     def median_ms(self) -> Optional[float]:
@@ -48,7 +50,9 @@ class Contender:
 
     @property
     def label(self) -> str:
-        return "torch.nn.functional.conv2d (cuDNN on a GPU)" if self.meta == TORCH else self.meta.label()  # type: ignore[union-attr]
+        if self.meta == TORCH:
+            return "torch.nn.functional.conv2d (cuDNN on a GPU)"
+        return f"{self.kernel.name + ': ' if self.kernel else ''}{self.meta.label()}"  # type: ignore[union-attr]
 
 
 @dataclass
@@ -61,10 +65,12 @@ class Decision:
     ratio_hi: Optional[float] = None
 
 
-def remeasure(p: ConvProblem, variant: KernelVariant, contenders: list[Contender], precision: str, tol: float,
+def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: float,
               rounds: int, reps: int, device: str, seed: int = 1, check: str = "kernelbench") -> None:
     """Check every contender on fresh inputs (poisoned output, convtune.measure.correctness.judge by `check`), then
-    time the correct ones in interleaved rounds. Fills rel_err, correct and rounds_ms in place.
+    time the correct ones in interleaved rounds. Fills rel_err, correct and rounds_ms in place. Each kernel
+    contender runs its own kernel on the problem's inputs, in the problem's layout: a copy into the layout the
+    kernel reads is inside its timing, as in the library's call.
 
     torch runs at its best: cudnn.benchmark on (its algorithm search happens in the checked first call), so a
     pin says torch unless our kernel beats the fastest algorithm cuDNN has for the shape."""
@@ -79,8 +85,8 @@ def remeasure(p: ConvProblem, variant: KernelVariant, contenders: list[Contender
             if c.meta == TORCH:
                 call: Callable[[], object] = lambda: torch_conv.conv2d(x, w, b, p.stride, p.padding, p.dilation, precision)
             else:
-                call = (lambda m, o: lambda: variant.launch(x, w, b, p.stride, p.padding, p.dilation, m, precision,
-                                                            out=o))(c.meta, out)
+                call = (lambda k, m, o: lambda: k.launch(x, w, b, p.stride, p.padding, p.dilation, m, precision,
+                                                         out=o))(c.kernel, c.meta, out)
             try:
                 result = call()
                 out = result if c.meta == TORCH else out  # the kernel wrote into the poisoned `out`

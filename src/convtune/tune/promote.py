@@ -1,9 +1,11 @@
 """`python promote.py`: pin the true winner for a problem, or keep the current pin and say why.
 
 Candidates are FINISHED, correct (`status=ok`) runs for the same problem key, kernel variant, kernel source
-hash, precision and device name; the current pin (or the kernel's default) is always in the contest, and so is
-torch's own convolution at the same precision unless promote.torch=false. A pin may therefore say `torch`: the
-library then runs torch's convolution for that key, so a shape our kernel loses on is never slower than torch.
+hash, precision and device name; with `kernel=library`, the runs of every kernel the library has
+(kernels.LIBRARY_KERNELS), so that the pin can name the faster kernel for the key. The current pin (or the
+kernel's default) is always in the contest, and so is torch's own convolution at the same precision unless
+promote.torch=false. A pin may therefore say `torch`: the library then runs torch's convolution for that key, so a
+shape our kernel loses on is never slower than torch.
 The top-k candidates and the pin are re-checked and re-timed head to head (convtune.tune.contest); only a gain
 of at least promote.min_gain whose bootstrap lower bound also clears it is written, with its provenance.
 """
@@ -43,7 +45,7 @@ class Contest:
     """What promote weighs: the pin (this key's own, or the default) and the best candidates."""
     gpu: str
     key: str
-    pin_meta: Any  # a Meta, or pins.TORCH
+    pin_value: Any  # as the pins section holds it: a Meta, a pins.KernelPin or pins.TORCH
     pinned: bool  # False: the pin is the kernel's default
     pin_run_id: Optional[str]  # the run the pin was promoted from, as its provenance says
     runs: list[RunView]
@@ -66,7 +68,7 @@ def run_promote(cfg: DictConfig) -> int:
     remeasured, refusal = False, None
     if p.remeasure and c.gpu == setup.gpu:
         rounds, reps = setup.contest_timing(p.rounds, p.reps)
-        contest.remeasure(setup.problem, setup.variant, c.contenders, setup.precision, TOLERANCE[setup.precision],
+        contest.remeasure(setup.problem, c.contenders, setup.precision, TOLERANCE[setup.precision],
                           rounds, reps, setup.device, check=setup.check)
         remeasured = True
     elif p.remeasure:
@@ -74,8 +76,8 @@ def run_promote(cfg: DictConfig) -> int:
                    "no pin is written (promote.remeasure=false writes from logged numbers)")
     decision = contest.decide(c.contenders, p.min_gain, p.confidence)
     report = contest.table(c.contenders, decision)
-    print(f"promote: {setup.problem.name} ({c.key}) · kernel {setup.variant.name} · {c.gpu} · {len(c.runs)} candidate "
-          f"run(s){'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
+    print(f"promote: {setup.problem.name} ({c.key}) · {describe_kernels(setup)} · {c.gpu} · {len(c.runs)} "
+          f"candidate run(s){'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
     promoted = decision.promote and refusal is None and not p.dry_run
     diff = ""
     if promoted:
@@ -91,42 +93,69 @@ def run_promote(cfg: DictConfig) -> int:
     return 1 if refusal else 0
 
 
+def contested_kernels(setup: Setup) -> list[Any]:
+    """The kernels whose runs are candidates: every kernel the library has for `kernel=library` (the pin may then
+    name any of them), else the one named."""
+    from convtune.kernels import LIBRARY, LIBRARY_KERNELS, get_variant
+
+    if setup.cfg.kernel.name == LIBRARY:
+        return [get_variant(k) for k in LIBRARY_KERNELS]
+    return [setup.pin_variant]
+
+
+def describe_kernels(setup: Setup) -> str:
+    names = ", ".join(k.name for k in contested_kernels(setup))
+    return f"kernel {setup.cfg.kernel.name} (the pin in {setup.pin_variant.name}'s section; runs of {names})" \
+        if setup.cfg.kernel.name != setup.pin_variant.name else f"kernel {names}"
+
+
 def gather(setup: Setup, tracker: Tracker) -> Contest:
-    """The pin and the top-k candidates: the fastest logged run of each configuration, stale sources ignored
-    unless promote.allow_stale."""
-    from convtune.kernels import Meta, pins
+    """The pin and the top-k candidates: the fastest logged run of each (kernel, configuration), stale sources
+    ignored unless promote.allow_stale."""
+    from convtune.kernels import Meta, get_variant, pins
     from convtune.tune.contest import Contender
 
     p = setup.cfg.promote
     gpu = p.device_name or setup.gpu
-    identity, key, variant, problem = setup.identity(gpu), setup.pin_key(), setup.variant, setup.problem
+    key, section, problem = setup.pin_key(), setup.pin_variant, setup.problem
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
     # would fall back on: a pin is written for this key only.
-    current = pins.entries(pins.load(setup.pins_path), gpu, variant.name).get(key)
-    pin_meta = pins.pinned(current) if current else variant.default_meta(
+    current = pins.entries(pins.load(setup.pins_path), gpu, section.name).get(key)
+    pin_value = pins.pinned(current) if current else section.default_meta(
         problem.out_channels, problem.stride[1], problem.width, setup.precision)
-    runs = candidate_runs(tracker, identity)
-    stale = [r for r in runs if identity.is_stale(r)]
-    if stale and not p.allow_stale:
-        print(f"ignoring {len(stale)} run(s) made with an older kernel source (promote.allow_stale=true admits them)")
-        runs = [r for r in runs if r not in stale]
-    elif stale:
-        print(f"promote.allow_stale=true: {len(stale)} run(s) of an older kernel source are candidates")
-    best_by_meta: dict[Any, RunView] = {}
-    for r in runs:
-        m = Meta(**r.meta)
-        if m not in best_by_meta or r.latency_ms < best_by_meta[m].latency_ms:
-            best_by_meta[m] = r
-    ranked = sorted(best_by_meta.items(), key=lambda kv: kv[1].latency_ms)
-    pin_run = best_by_meta.get(pin_meta)
+    pin_kernel, pin_meta = ((get_variant(pin_value.kernel), pin_value.meta) if isinstance(pin_value, pins.KernelPin)
+                            else (None if pin_value == pins.TORCH else section, pin_value))
+    runs: list[RunView] = []
+    best: dict[tuple[str, Any], tuple[Any, RunView]] = {}  # (kernel, Meta) → (variant, its fastest run)
+    contested = contested_kernels(setup)
+    # the pin's own kernel's runs too (a pin may name another kernel): its logged time is the pin's
+    for kernel in contested + ([pin_kernel] if pin_kernel and pin_kernel not in contested else []):
+        identity = Identity(gpu, kernel.name, kernel.source_hash, problem.key(), setup.precision)
+        found = candidate_runs(tracker, identity)
+        stale = [r for r in found if identity.is_stale(r)]
+        if stale and not p.allow_stale:
+            print(f"ignoring {len(stale)} {kernel.name} run(s) made with an older kernel source (promote.allow_stale=true "
+                  "admits them)")
+            found = [r for r in found if r not in stale]
+        elif stale:
+            print(f"promote.allow_stale=true: {len(stale)} {kernel.name} run(s) of an older kernel source are candidates")
+        runs += found if kernel in contested else []
+        for r in found:
+            k = (kernel.name, Meta(**r.meta))
+            if k not in best or r.latency_ms < best[k][1].latency_ms:
+                best[k] = (kernel, r)
+    ranked = sorted(best.items(), key=lambda kv: kv[1][1].latency_ms)
+    pin_run = best.get((pin_kernel.name, pin_meta), (None, None))[1] if pin_kernel else None
     contenders = [Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
-                            pin_run and pin_run.latency_ms)]
-    contenders += [Contender(m, "candidate", r.run_id, r.latency_ms) for m, r in ranked if m != pin_meta][: p.top_k]
-    if p.torch and pin_meta != pins.TORCH:
+                            pin_run and pin_run.latency_ms, kernel=pin_kernel)]
+    contenders += [Contender(m, "candidate", r.run_id, r.latency_ms, kernel=k)
+                   for (name, m), (k, r) in ranked
+                   if k in contested and (pin_kernel is None or (name, m) != (pin_kernel.name, pin_meta))][: p.top_k]
+    if p.torch and pin_value != pins.TORCH:
         # logged: the runs' cuDNN baseline in the key's layout (NCHW), timed with cudnn.benchmark on as the contest does
         logged = [v for r in runs if (v := r.metric(Metric.CUDNN_NCHW_MS)) is not None]
         contenders.append(Contender(pins.TORCH, "torch", None, min(logged) if logged else None))
-    return Contest(gpu, key, pin_meta, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
+    return Contest(gpu, key, pin_value, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
                    runs, contenders)
 
 
@@ -134,24 +163,24 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
     """Write the winner's pin with its provenance, mark its run promoted; returns the pins file's diff."""
     from convtune.kernels import pins
 
-    w, path, here = decision.winner, setup.pins_path, setup.device_tags
+    w, path, here, section = decision.winner, setup.pins_path, setup.device_tags, setup.pin_variant
+    value = pins.TORCH if w.meta == pins.TORCH else pins.in_section(pins.KernelPin(w.kernel.name, w.meta), section.name)
     provenance = {
         "run_id": w.run_id, "experiment": setup.experiment(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
-        "previous": {**({"backend": pins.TORCH} if c.pin_meta == pins.TORCH else {"meta": c.pin_meta.as_dict()}),
-                     "source": "pin" if c.pinned else "kernel default",
+        "previous": {**pins.as_entry(c.pin_value), "source": "pin" if c.pinned else "kernel default",
                      **({"run_id": c.pin_run_id} if c.pinned else {})},
         # None where the pin was replaced for being wrong: there is no ratio to a wrong answer
         "gain": _rounded(decision.gain), "ratio_lower_bound": _rounded(decision.ratio_lo),
         "torch_version": here[Tag.TORCH_VERSION], "triton_version": here[Tag.TRITON_VERSION],
-        "kernel_source_hash": setup.variant.source_hash,
+        "kernel_source_hash": (w.kernel or section).source_hash,
     }
     # `expect`: written only over the pin this contest beat (two promotes on one key: the second is refused)
-    before, after = pins.write_pin(path, c.gpu, setup.variant.name, c.key, w.meta, provenance,
-                                   expect=c.pin_meta if c.pinned else None)
+    before, after = pins.write_pin(path, c.gpu, section.name, c.key, value, provenance,
+                                   expect=c.pin_value if c.pinned else None)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
-    runs = "torch's convolution" if w.meta == pins.TORCH else "convtune's kernel"
+    runs = "torch's convolution" if w.meta == pins.TORCH else f"convtune's {w.kernel.name}"
     print(f"\npins file {path} (the library now runs {runs} for {c.key}):\n{diff}")
     if w.run_id:
         tracker.log(w.run_id, tags={Tag.PROMOTED: "true"})
@@ -169,7 +198,7 @@ def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, r
     run = tracker.start_run(tracker.experiment_id(setup.experiment()), f"promote {problem.name}",
                             {Tag.KIND: "promote", **git_tags()})
     tracker.log(run, params={Param.PROBLEM: problem.name, Param.PROBLEM_KEY: problem.key(),
-                             Param.KERNEL: setup.variant.name, Param.PRECISION: setup.precision,
+                             Param.KERNEL: setup.cfg.kernel.name, Param.PRECISION: setup.precision,
                              Param.TARGET_DEVICE: c.gpu, **{f"{Param.PROMOTE_PREFIX}{k}": v for k, v in p.items()}},
                 metrics={k: v for k, v in ((Metric.GAIN, decision.gain), (Metric.RATIO_LOWER_BOUND, decision.ratio_lo),
                                            (Metric.RATIO_UPPER_BOUND, decision.ratio_hi)) if v is not None},
