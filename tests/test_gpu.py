@@ -177,9 +177,19 @@ def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change
 def test_the_library_runs_each_layout_on_its_kernel_with_torchs_values_layouts_and_gradients():
     """tests/gpu_scripts/library_layouts.py, compiled (no interpreter): convtune.conv2d on 64 random shapes with NCHW
     and channels_last inputs and channels_last weights, tf32 and ieee, some with gradients: within the precision's
-    tolerance of float64, the output laid out as torch's, gradients torch's, each call on the kernel
-    kernels.library_variant names; convtune.nn.Conv2d on a channels_last input gives torch's output."""
+    tolerance of float64, the output laid out as torch's, gradients torch's, each call on the kernel its pin names
+    (every second key pinned to the kernel the rule, kernels.library_variant, would not pick); convtune.nn.Conv2d on
+    a channels_last input gives torch's output."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "tests/gpu_scripts/library_layouts.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_our_nchw_to_channels_last_copy_equals_torchs_on_the_gpu():
+    """tests/gpu_scripts/layout_copy.py, compiled: kernels.layout.to_channels_last bit for bit against torch's copy
+    on 300 random shapes, tile sizes and misaligned starts."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "tests/gpu_scripts/layout_copy.py"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -193,3 +193,41 @@ def test_tf32_rounds_both_operands_to_nearest_as_cudnn_does(name):
     trunc = get_variant(name).launch(x, w, None, *args, meta, "tf32_trunc").out.double()
     assert (got - rounded).abs().max() < 1e-5 < (half_rounded - rounded).abs().max()
     assert (trunc - exact).abs().max() < 1e-5 < (rounded - exact).abs().max()
+
+
+@pytest.mark.parametrize("shape,tile", [
+    ((2, 70, 9, 11), (64, 64, 4)),   # channels and positions both past one tile, neither a multiple
+    ((3, 17, 1, 130), (64, 64, 4)),  # fewer channels than a tile, positions over two
+    ((1, 128, 4, 4), (32, 16, 2)),   # exact tiles
+    ((2, 1, 6, 7), (64, 64, 4)),     # one channel: already channels_last-contiguous, no copy of ours
+    ((2, 19, 1, 1), (64, 64, 4)),    # one position: likewise
+])
+def test_our_nchw_to_channels_last_copy_is_torchs_bit_for_bit(shape, tile):
+    """kernels.layout.to_channels_last: the same values and strides as torch's copy, whatever the tile edges."""
+    from convtune.kernels.layout import to_channels_last
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    y = to_channels_last(x, *tile)
+    want = x.contiguous(memory_format=torch.channels_last)
+    assert torch.equal(y, want) and y.stride() == want.stride()
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypatch):
+    from convtune.kernels import layout
+    from convtune.kernels.layout import to_channels_last
+
+    def not_ours(*args, **kwargs):
+        raise AssertionError("our copy ran")
+    monkeypatch.setattr(layout, "_nchw_to_nhwc_kernel", not_ours)
+    few = torch.randn(2, layout.MIN_CHANNELS - 1, 5, 3)  # torch's copy was faster with 3 channels on the H200
+    assert torch.equal(to_channels_last(few), few) and to_channels_last(few).is_contiguous(
+        memory_format=torch.channels_last)
+    x = torch.randn(2, 32, 5, 3)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert to_channels_last(cl) is cl  # already channels_last: no copy at all, as torch's
+    strided = x[:, ::2]  # 16 channels, but not NCHW-contiguous
+    assert torch.equal(to_channels_last(strided), strided) and to_channels_last(strided).is_contiguous(
+        memory_format=torch.channels_last)
+    dbl = x.double()
+    assert to_channels_last(dbl).dtype is torch.float64 and torch.equal(to_channels_last(dbl), dbl)

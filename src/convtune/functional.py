@@ -23,6 +23,7 @@ from convtune.kernels import library_choice, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.kernels.common import check_conv_inputs, geometry, prepare
+from convtune.kernels.layout import to_channels_last
 from convtune.problem import ConvProblem
 
 LIBRARY_KERNEL = "implicit_gemm"  # NCHW calls, and channels_last calls with few input channels (by default)
@@ -158,7 +159,7 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     # the layout the plan's kernel reads; a copy into it (none where the input has it) is part of the call
-    x = input.contiguous(memory_format=torch.channels_last) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
+    x = to_channels_last(input) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):

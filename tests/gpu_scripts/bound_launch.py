@@ -36,9 +36,10 @@ for i in range(24):
         first = layer(x)
         assert layer._bound is not None, i
         bound = layer(x)
-    meta, _ = convtune.functional.lookup(x, layer.weight, layer.bias is not None, s, p, 1, "ieee")
-    full = ig.launch(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach(), s, p, 1, meta,
-                     "ieee").out
+    choice, _ = convtune.functional.lookup(x, layer.weight, layer.bias is not None, s, p, 1, "ieee")
+    assert choice.kernel == "implicit_gemm", (i, choice)  # a bound launch is made for implicit_gemm plans only
+    full = ig.launch(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach(), s, p, 1,
+                     choice.meta, "ieee").out
     assert torch.equal(bound, full) and torch.equal(first, full), (i, (bound - full).abs().max().item())
 
 # 2. What changes a call: an in-place weight update, a new attribute, an unaligned input, gradients.

@@ -26,7 +26,8 @@ import triton.language as tl
 from convtune.errors import UnsupportedProblem
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, check_conv_inputs, check_out, geometry,
                                      source_hash, writes_channels_last)
-from convtune.kernels import llvm_opt
+from convtune.kernels import layout, llvm_opt
+from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
@@ -172,7 +173,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan."""
     check_conv_inputs(x, weight, bias, groups, contiguous=False)
     g = geometry(x, weight, stride, padding, dilation)
-    x = x.contiguous(memory_format=torch.channels_last)
+    x = to_channels_last(x)
     if out is None:
         out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
                           memory_format=torch.channels_last)
@@ -230,4 +231,4 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 
 SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, writes_channels_last, tma_fits,
-                          make_plan, _launch, launch, default_meta)
+                          make_plan, _launch, launch, default_meta, layout)

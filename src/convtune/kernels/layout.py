@@ -1,0 +1,62 @@
+"""NCHW → channels_last copies for the kernels that read channels_last (nhwc_igemm), tiled through shared memory.
+
+Why our own: torch's `x.contiguous(memory_format=torch.channels_last)` moved the suite's NCHW inputs at about
+1.2 TB/s on the H200 (vgg16_conv3_2's 103 MB input in 0.173 ms, resnet50_layer1_1x1's 205 MB in 0.347 ms;
+benchmarks/probe_nchw_epilogue.py, docs/evidence/h200_issue13_kernel_pins.txt), a quarter of the 4.3 TB/s a
+plain copy reaches there: one side of its accesses is strided. Each program here reads a [BLOCK_C, BLOCK_P]
+tile of one image (channels × positions), coalesced along the positions, and writes it transposed, coalesced
+along the channels; Triton moves the tile between the two register layouts through shared memory.
+
+A copy is exact, so any miscompile shows as a difference from torch's copy: tests/gpu_scripts/layout_copy.py
+compares the two bit for bit on random shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.kernels.common import source_hash
+
+# Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py, 16 tiles of 32-128 channels ×
+# 32-128 positions × 4/8 warps; docs/evidence/h200_issue13_layout_copy.txt): 64 × 64 with 4 warps moved the
+# suite's stride-1 inputs at 2.6-3.8 TB/s, 2.1-3.2x torch's speed, within 6 % of each input's best tile but
+# resnet50_layer2_3x3's (13 %). With 3 channels (L1 #50's input) every tile lost to torch's copy (0.223 ms
+# at the best tile against 0.125 ms: a 3-channel tile is mostly masked), so fewer than MIN_CHANNELS go to
+# torch's; 16 matches nhwc_igemm's own threshold (kernels.NHWC_MIN_CHANNELS) and was not probed between 3 and 96.
+BLOCK_C, BLOCK_P, NUM_WARPS = 64, 64, 4
+MIN_CHANNELS = 16
+
+
+@triton.jit
+def _nchw_to_nhwc_kernel(x_ptr, y_ptr, C, HW, tiles_p, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+    pid = tl.program_id(0)  # image × position tile: the grid's first axis takes 2**31 - 1 programs
+    n = pid // tiles_p
+    offs_p = (pid % tiles_p) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    base = n.to(tl.int64) * C * HW
+    mask = (offs_c[:, None] < C) & (offs_p[None, :] < HW)
+    tile = tl.load(x_ptr + base + offs_c[:, None] * HW + offs_p[None, :], mask=mask)  # [C, P], P contiguous
+    tl.store(y_ptr + base + offs_p[:, None] * C + offs_c[None, :], tl.trans(tile), mask=tl.trans(mask))
+
+
+def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLOCK_P,
+                     num_warps: int = NUM_WARPS) -> torch.Tensor:
+    """`x.contiguous(memory_format=torch.channels_last)`, with our copy where `x` is a 4-D NCHW-contiguous
+    float32 tensor with MIN_CHANNELS or more channels that is not channels_last-contiguous already; torch's
+    otherwise (few channels, other layouts, dtypes). The tile keywords are for benchmarks/probe_layout_copy.py."""
+    if x.dim() != 4 or x.dtype is not torch.float32 or not x.is_contiguous() or x.shape[1] < MIN_CHANNELS or \
+            x.is_contiguous(memory_format=torch.channels_last) or x.numel() == 0:
+        return x.contiguous(memory_format=torch.channels_last)
+    n, c, h, w = x.shape
+    if c * h * w >= 2**31:  # offsets inside one image are int32
+        return x.contiguous(memory_format=torch.channels_last)
+    y = torch.empty_like(x, memory_format=torch.channels_last)
+    tiles_p = triton.cdiv(h * w, block_p)
+    _nchw_to_nhwc_kernel[(n * tiles_p, triton.cdiv(c, block_c))](x, y, c, h * w, tiles_p, BLOCK_C=block_c,
+                                                                  BLOCK_P=block_p, num_warps=num_warps)
+    return y
+
+
+SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last)
