@@ -26,8 +26,7 @@ from convtune.kernels.common import check_conv_inputs, geometry, prepare
 from convtune.kernels.layout import to_channels_last
 from convtune.problem import ConvProblem
 
-LIBRARY_KERNEL = "implicit_gemm"  # NCHW calls, and channels_last calls with few input channels (by default)
-CHANNELS_LAST_KERNEL = "nhwc_igemm"  # channels_last calls otherwise (kernels.library_variant)
+CHANNELS_LAST_KERNEL = "nhwc_igemm"  # the kernel that reads channels_last (a KernelPin's name for it)
 log = logging.getLogger(__name__)
 _plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, nhwc.LaunchPlan, or pins.TORCH
 _torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
