@@ -82,7 +82,7 @@ def test_nhwc_weight_packs_aligned_for_tma():
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 @pytest.mark.parametrize("cin", [6, 8])  # 8: nhwc_igemm's weight tiles come through a TMA descriptor (tma_fits)
-@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm"])
+@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround"])
 def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, precision, cin):
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(2, cin, 7, 8, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
@@ -97,12 +97,33 @@ def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, pre
             outs.append(out)
     allocated = kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision).out
     # allocated: nhwc_igemm's channels_last (as torch's output for the input it reads), implicit_gemm's NCHW
-    assert allocated.is_contiguous(memory_format=torch.channels_last if name == "nhwc_igemm" else torch.contiguous_format)
+    assert allocated.is_contiguous(memory_format=torch.channels_last if name.startswith("nhwc") else torch.contiguous_format)
     for out in outs:
         assert torch.equal(out, outs[0])  # the same numbers whatever the layouts
     assert (outs[0].double() - ref).norm() / ref.norm() <= TOLERANCE[precision]
     with pytest.raises(UnsupportedProblem, match="contiguous or channels_last"):
         kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 8, 7).transpose(2, 3))
+
+
+@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround"])
+def test_the_prepared_call_checks_once_and_launches_what_launch_does(name):
+    """KernelVariant.prepared (the contest's timed call): the plan made once, then each call the layout copy and the
+    launch, writing the given output with launch's bits, again on the second call; what launch refuses, it refuses."""
+    g = torch.Generator().manual_seed(8)
+    x, w, b = torch.randn(2, 16, 7, 6, generator=g), torch.randn(12, 16, 3, 3, generator=g), torch.randn(12, generator=g)
+    v, meta = get_variant(name), Meta(16, 16, 16, 4, 2)
+    for inp in (x, x.contiguous(memory_format=torch.channels_last)):
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            want = torch.empty(2, 12, 7, 6, memory_format=fmt)
+            v.launch(inp, w, b, 1, 1, 1, meta, "tf32", out=want)
+            out = torch.full_like(want, float("nan"))
+            call = v.prepared(inp, w, b, 1, 1, 1, meta, "tf32", out=out)
+            assert call() is out and torch.equal(out, want)
+            out.fill_(float("nan"))
+            assert call() is out and torch.equal(out, want)  # the closure runs again, as a timing loop calls it
+    with pytest.raises(UnsupportedProblem, match="input channels"):
+        v.prepared(x, w[:, :8].contiguous(), b, 1, 1, 1, meta, "tf32")
+    assert get_variant("seed").prepared is None  # not a library kernel: the contest times its launch
 
 
 def test_groups_refused():
@@ -128,6 +149,12 @@ def test_default_configuration_per_problem_class():
     assert nhwc.default_meta(128, 1, 28) == Meta(64, 128, 32, 4, 3)
     assert nhwc.default_meta(64, 1, 56) == Meta(64, 64, 32, 4, 3)
     assert nhwc.default_meta(384, 1, 13, "tf32x3") == Meta(64, 64, 32, 4, 3)
+    pre = get_variant("nhwc_preround")  # its own sweep on a rounded input (issue 13, session 13)
+    assert pre.default_meta(384, 1, 13) == Meta(128, 128, 32, 4, 3)
+    assert pre.default_meta(256, 1, 56) == pre.default_meta(192, 1, 27) == Meta(128, 256, 32, 8, 4)
+    assert pre.default_meta(128, 1, 28) == Meta(128, 128, 32, 8, 3)
+    assert pre.default_meta(64, 1, 56) == nhwc.default_meta(64, 1, 56)  # not swept: nhwc_igemm's
+    assert pre.default_meta(384, 1, 13, "ieee") == nhwc.default_meta(384, 1, 13, "ieee")  # nothing to round first
 
 
 
@@ -211,6 +238,25 @@ def test_our_nchw_to_channels_last_copy_is_torchs_bit_for_bit(shape, tile):
     want = x.contiguous(memory_format=torch.channels_last)
     assert torch.equal(y, want) and y.stride() == want.stride()
     assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("shape", [(2, 70, 9, 11), (2, 3, 5, 7)])  # our copy; few channels: torch's copy, then a pass
+def test_the_copy_that_rounds_gives_the_host_roundings_bits_in_channels_last(shape):
+    from convtune.kernels.layout import rounded_tf32, to_channels_last
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))) * 1e3
+    want = round_to_tf32(x).contiguous(memory_format=torch.channels_last)
+    y = to_channels_last(x, round_to_nearest_tf32=True)
+    assert torch.equal(y, want) and y.stride() == want.stride() and not torch.equal(y, x)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    r = to_channels_last(cl, round_to_nearest_tf32=True)  # already channels_last: a rounded copy, not the input
+    assert r.data_ptr() != cl.data_ptr() and torch.equal(r, want) and r.stride() == want.stride()
+    assert torch.equal(cl, x)  # the input is left as it was
+    for laid_out in (x, cl, x.transpose(2, 3)):  # dense in two orders (the pass), and strided (the host rounding)
+        got = rounded_tf32(laid_out)
+        assert torch.equal(got, round_to_tf32(laid_out))
+        if laid_out.is_contiguous() or laid_out.is_contiguous(memory_format=torch.channels_last):
+            assert got.stride() == laid_out.stride()
 
 
 def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypatch):

@@ -221,7 +221,7 @@ def test_a_pin_naming_an_unknown_kernel_its_own_or_a_backend_too_is_refused(tmp_
     f = tmp_path / "pins.yaml"
     f.write_text(yaml.safe_dump({"pins": {"G": {"implicit_gemm": {KEY: entry}}}}))
     with pytest.raises(pins.PinsError, match=r"entry G / implicit_gemm / .*: 'kernel' names another of the library's "
-                       r"kernels \['implicit_gemm', 'nhwc_igemm'\] than the section's \('implicit_gemm'\), with a "
+                       r"kernels \['implicit_gemm', 'nhwc_igemm', 'nhwc_preround'\] than the section's \('implicit_gemm'\), with a "
                        rf"'meta' and no 'backend'; got kernel={names}"):
         pins.load(f)
 
@@ -256,6 +256,35 @@ def test_a_pin_naming_the_other_kernel_routes_the_call_there_in_either_layout(tm
         y.square().sum().backward()
         ref.square().sum().backward()
         torch.testing.assert_close(wg.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
+    functional.forget_choices()
+
+
+def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(tmp_path, monkeypatch):
+    """nhwc_preround (tf32): the input is rounded to nearest TF32 before the kernel (in the copy an NCHW call makes
+    anyway, by a pass of its own for a channels_last call), the kernel does not round its tiles, and the output has
+    nhwc_igemm's bits. The caller's input is left as it was."""
+    x_cl, w, b = _cl_call()
+    x = x_cl.contiguous()
+    m = Meta(16, 32, 16, 2, 2)
+    nchw_key, cl_key = NCHW16_KEY.replace("/ieee", "/tf32"), CL_KEY.replace("/ieee", "/tf32")
+    f = tmp_path / "pins.yaml"
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    for inp, section, key, layout in ((x, "implicit_gemm", nchw_key, torch.contiguous_format),
+                                      (x_cl, "nhwc_igemm", cl_key, torch.channels_last)):
+        before = inp.clone()
+        outs = {}
+        for kernel in ("nhwc_igemm", "nhwc_preround"):
+            value = m if kernel == section else pins.KernelPin(kernel, m)
+            pins.write_pin(f, "interpreter", section, key, value, {})
+            functional.forget_choices()
+            outs[kernel] = convtune.conv2d(inp, w, b, padding=1, precision="tf32")
+            [plan] = functional._plans.values()
+            assert isinstance(plan, nhwc.LaunchPlan) and plan.input_rounded is (kernel == "nhwc_preround")
+            assert plan.constexprs["ROUND_A"] is (kernel == "nhwc_igemm")  # who rounds: the kernel, or the copy
+        assert torch.equal(outs["nhwc_preround"], outs["nhwc_igemm"]) and outs["nhwc_preround"].is_contiguous(
+            memory_format=layout)
+        torch.testing.assert_close(outs["nhwc_preround"], tf32_conv(inp, w, b, 1, 1), rtol=1e-5, atol=1e-5)
+        assert torch.equal(inp, before) and inp.stride() == before.stride()
     functional.forget_choices()
 
 

@@ -247,7 +247,8 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
     nhwc = record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
     assert status == 0, out
-    assert "kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm)" in out
+    assert ("kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm, nhwc_preround)"
+            in out)
     assert re.search(r"^\| candidate \(winner\) \| nhwc_igemm: BLOCK_M=64 BLOCK_N=32 ", out, re.M), out
     assert re.search(r"^\| pin \| implicit_gemm: BLOCK_M=16 ", out, re.M), out
     assert "the library now runs convtune's nhwc_igemm" in out
@@ -270,12 +271,14 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
 
 
 def test_kernel_library_remeasures_each_kernel_on_its_own_launch(capsys, store, pins_file):
-    """Re-measured on the interpreter, both kernels run the key's inputs and pass the check; min_gain=100 makes
+    """Re-measured on the interpreter, each kernel runs the key's inputs and passes the check; min_gain=100 makes
     the decision KEEP whatever the timings, so only the contest's launches are under test."""
     record(store, FAST, 0.5)
     record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
+    record(store, Meta(32, 32, 16, 4, 2), 0.5, kernel="nhwc_preround")
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.min_gain=100", "promote.torch=false")
     assert status == 0 and "decision: KEEP" in out, out
-    rows = re.findall(r"^\| (pin|candidate) \| (implicit_gemm|nhwc_igemm): .*\| (yes|NO) \| [^|]*\|$", out, re.M)
+    rows = re.findall(r"^\| (pin|candidate) \| (implicit_gemm|nhwc_igemm|nhwc_preround): .*\| (yes|NO) \| [^|]*\|$",
+                      out, re.M)
     assert sorted(rows) == [("candidate", "implicit_gemm", "yes"), ("candidate", "nhwc_igemm", "yes"),
-                            ("pin", "implicit_gemm", "yes")], out
+                            ("candidate", "nhwc_preround", "yes"), ("pin", "implicit_gemm", "yes")], out

@@ -4,10 +4,11 @@ kernel with the pinned configuration, or torch's own convolution where torch won
 
 Which kernel: the pin for the call's key decides (kernels.library_choice), and where none has, the rule
 (kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
-runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name the other kernel
-(a promote of `kernel=library` found it faster for that key). Each kernel reads its own layout, `implicit_gemm`
-NCHW and `nhwc_igemm` channels_last, so an input in the other layout is copied inside the call; each writes the
-output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
+runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name another of the
+library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
+an input rounded to TF32 before the kernel. Each kernel reads its own layout, `implicit_gemm` NCHW and the nhwc
+kernels channels_last, so an input in the other layout is copied inside the call (rounded in that copy for
+`nhwc_preround`); each writes the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
 `channels_last`)."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from convtune.kernels.common import check_conv_inputs, geometry, prepare
 from convtune.kernels.layout import to_channels_last
 from convtune.problem import ConvProblem
 
-CHANNELS_LAST_KERNEL = "nhwc_igemm"  # the kernel that reads channels_last (a KernelPin's name for it)
+# The kernels that read channels_last (a KernelPin's names for them) and whether each rounds the input to TF32 first
+CHANNELS_LAST_KERNELS = {"nhwc_igemm": False, "nhwc_preround": True}
 log = logging.getLogger(__name__)
 _plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, nhwc.LaunchPlan, or pins.TORCH
 _torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
@@ -97,8 +99,9 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
     if value == pins.TORCH:
         return pins.TORCH
     out_cl = layout == "channels_last"
-    if value.kernel == CHANNELS_LAST_KERNEL:  # type: ignore[union-attr]
-        return nhwc.make_plan(g, bias is not None, value.meta, precision, out_cl)  # type: ignore[union-attr]
+    if value.kernel in CHANNELS_LAST_KERNELS:  # type: ignore[union-attr]
+        return nhwc.make_plan(g, bias is not None, value.meta, precision, out_cl,  # type: ignore[union-attr]
+                              input_rounded=CHANNELS_LAST_KERNELS[value.kernel])  # type: ignore[union-attr]
     # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as _run makes it
     vec = ig.choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
     return ig.make_plan(g, bias is not None, vec, value.meta, precision, out_cl)  # type: ignore[union-attr]
@@ -157,8 +160,9 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
-    # the layout the plan's kernel reads; a copy into it (none where the input has it) is part of the call
-    x = to_channels_last(input) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
+    # the layout the plan's kernel reads (and for nhwc_preround, its input rounded); a copy into it (none where the
+    # input has it) is part of the call
+    x = nhwc.round_input(input, plan) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):

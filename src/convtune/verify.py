@@ -111,7 +111,7 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     return case
 
 
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm")  # the variants whose launch reads and writes either layout
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround")  # the variants whose launch reads and writes either layout
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:

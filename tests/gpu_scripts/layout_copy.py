@@ -1,17 +1,19 @@
 """GPU check of kernels.layout.to_channels_last (the NCHW → channels_last copy nhwc_igemm's callers use): on
 random shapes, tile sizes and input offsets (so that 16-byte alignment varies), the copy equals torch's bit for
-bit, with torch's strides. Prints the count and 'ok'; any difference raises."""
+bit, with torch's strides; and the copy that rounds to nearest TF32 (nhwc_preround's) equals the host rounding of
+torch's copy bit for bit. Prints the counts and 'ok'; any difference raises."""
 
 import random
 
 import torch
 
 from convtune.kernels.layout import to_channels_last
+from convtune.kernels.precision import round_to_tf32
 
 random.seed(12)
 CASES = 300
 tiles = [(64, 64, 4), (32, 128, 4), (128, 32, 8), (16, 16, 1)]
-bad = []
+bad, bad_rounded = [], []
 for i in range(CASES):
     n, c = random.randint(1, 9), random.choice([1, 2, 3, 5, 15, 16, 17, 48, 64, 96, 100, 256, 384, 513])
     h, w = random.randint(1, 70), random.randint(1, 70)
@@ -23,10 +25,17 @@ for i in range(CASES):
     want = x.contiguous(memory_format=torch.channels_last)
     if not (torch.equal(y, want) and y.stride() == want.stride()):
         bad.append(f"n={n} c={c} h={h} w={w} offset={offset} tile={tile}")
+    r = to_channels_last(x, *tile, round_to_nearest_tf32=True)
+    want_r = round_to_tf32(want).contiguous(memory_format=torch.channels_last)
+    if not (torch.equal(r.view(torch.int32), want_r.view(torch.int32)) and r.stride() == want_r.stride()):
+        bad_rounded.append(f"n={n} c={c} h={h} w={w} offset={offset} tile={tile}")
 big = torch.randn(256, 96, 55, 55, device="cuda")  # an L1 #50-sized output: the 2**31 guard is not near
 assert torch.equal(to_channels_last(big), big.contiguous(memory_format=torch.channels_last))
 for b in bad:
     print("DIFFERS", b)
-print(f"{CASES - len(bad)} of {CASES} random copies equal torch's")
-assert not bad
+for b in bad_rounded:
+    print("ROUNDED COPY DIFFERS", b)
+print(f"{CASES - len(bad)} of {CASES} random copies equal torch's; {CASES - len(bad_rounded)} of {CASES} rounding "
+      "copies equal its host rounding")
+assert not bad and not bad_rounded
 print("ok")

@@ -1,9 +1,10 @@
 """GPU check of the library's layouts (issue 13): convtune.conv2d and convtune.nn.Conv2d on random shapes with
 NCHW and channels_last inputs (and channels_last weights), without gradients and with them, against float64 and
 torch: the values within the precision's tolerance, the output laid out as torch lays it out, the gradients
-torch's, and each call on the kernel its pin names: every third call's key is pinned (in a pins file of this
-script's own) to the kernel the rule (kernels.library_variant) would not pick, so that an NCHW call runs
-nhwc_igemm on a channels_last copy and a channels_last call implicit_gemm on an NCHW copy. Prints a count per
+torch's, and each call on the kernel its pin names: every second call's key is pinned (in a pins file of this
+script's own) to a kernel the rule (kernels.library_variant) would not pick, so that an NCHW call runs nhwc_igemm
+or nhwc_preround on a channels_last copy and a channels_last call implicit_gemm on an NCHW copy or nhwc_preround
+on a rounded one. Prints a count per
 kernel and layout and 'ok' at the end; any failure raises."""
 
 import collections
@@ -50,7 +51,8 @@ def check(i: int) -> None:
     grad = i % 4 == 0
     call = functional.call_layout(x, wt)
     rule = library_variant(call, c)
-    other = "implicit_gemm" if rule == "nhwc_igemm" else "nhwc_igemm"
+    others = [kernel for kernel in pins.LIBRARY_KERNELS if kernel != rule]
+    other = others[(i // 2) % len(others)]
     routed = i % 2 == 1
     functional.forget_choices()  # so that the plans cached after the call are this call's
     if routed:  # pin this key to the other kernel, at its default configuration
@@ -74,7 +76,11 @@ def check(i: int) -> None:
     assert value.kernel == (other if routed else rule) and routed == source.startswith("pin "), \
         f"{label}: runs {value.kernel} ({source}), the rule says {rule}"
     planned = [type(v).__module__.rsplit(".", 1)[-1] for v in functional._plans.values()]
-    assert planned == [value.kernel], f"{label}: planned {planned} for {value.kernel}"
+    module = "nhwc_igemm" if value.kernel == "nhwc_preround" else value.kernel  # one launcher module for both
+    assert planned == [module], f"{label}: planned {planned} for {value.kernel}"
+    if module == "nhwc_igemm":  # who rounds the input for tf32: the copy (nhwc_preround) or the kernel
+        [plan] = functional._plans.values()
+        assert plan.input_rounded == (value.kernel == "nhwc_preround" and precision == "tf32"), label
     seen[(value.kernel, call, "pinned there" if routed else "by the rule")] += 1
     if grad:
         ours.square().sum().backward()

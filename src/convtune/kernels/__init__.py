@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
 from convtune.kernels import implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
@@ -26,13 +26,19 @@ class KernelVariant:
     launch: Callable[..., Launched]
     default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
     source_hash: str
+    # launch's arguments → a call that launches with everything checked and planned once, as the library's call
+    # does after a signature's first (convtune.functional); None where the library does not run the variant
+    prepared: Optional[Callable[..., Callable[[], Any]]] = None
 
 
 VARIANTS: dict[str, KernelVariant] = {
     "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH),
     "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
-                                   implicit_gemm.SOURCE_HASH),
-    "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH),
+                                   implicit_gemm.SOURCE_HASH, implicit_gemm.prepared),
+    "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH,
+                                nhwc_igemm.prepared),
+    "nhwc_preround": KernelVariant("nhwc_preround", nhwc_igemm.launch_preround, nhwc_igemm.default_meta_preround,
+                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.prepared_preround),
 }
 
 

@@ -261,6 +261,24 @@ def launch(
     return Launched.from_compiled(out, compiled, level)
 
 
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: IntPair, padding: IntPair,
+             dilation: IntPair, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+             groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional caches one per
+    signature): every check and the plan here, once; the returned call only copies an input that is not
+    NCHW-contiguous (a fresh copy each time, as the library's call makes) and launches, writing `out` (allocated
+    here if None). The contest times this call from an idle GPU, where the host's work per call counts."""
+    first = x.contiguous()
+    g, out = prepare(first, weight, bias, stride, padding, dilation, out, groups, out_channels_last=True)
+    plan = make_plan(g, bias is not None, choose_vec(first, g.w, g.stride[1], g.dilation[1], precision), meta,
+                     precision, writes_channels_last(out))
+
+    def call() -> torch.Tensor:
+        run(plan, x.contiguous(), weight, bias, out)
+        return out
+    return call
+
+
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """The default configuration per problem class, from a sweep on an H200 (benchmarks/probe_kernels.py,
     2026-11-22; docs/PERFORMANCE.md). A pin for the exact problem and GPU takes precedence (convtune.pins)."""
@@ -281,4 +299,4 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
     return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
 SOURCE_HASH = source_hash(_conv2d_igemm_kernel, round_tf32, round_to_tf32, choose_vec, row_window, pack_weight, make_plan,
-                          default_meta, launch, writes_channels_last)
+                          default_meta, launch, prepared, writes_channels_last)

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import source_hash
+from convtune.kernels.precision import round_tf32, round_to_tf32
 
 # Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py, 16 tiles of 32-128 channels ×
 # 32-128 positions × 4/8 warps; docs/evidence/h200_issue13_layout_copy.txt): 64 × 64 with 4 warps moved the
@@ -30,7 +31,8 @@ MIN_CHANNELS = 16
 
 
 @triton.jit
-def _nchw_to_nhwc_kernel(x_ptr, y_ptr, C, HW, tiles_p, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+def _nchw_to_nhwc_kernel(x_ptr, y_ptr, C, HW, tiles_p, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+                         ROUND: tl.constexpr):
     pid = tl.program_id(0)  # image × position tile: the grid's first axis takes 2**31 - 1 programs
     n = pid // tiles_p
     offs_p = (pid % tiles_p) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -38,25 +40,52 @@ def _nchw_to_nhwc_kernel(x_ptr, y_ptr, C, HW, tiles_p, BLOCK_C: tl.constexpr, BL
     base = n.to(tl.int64) * C * HW
     mask = (offs_c[:, None] < C) & (offs_p[None, :] < HW)
     tile = tl.load(x_ptr + base + offs_c[:, None] * HW + offs_p[None, :], mask=mask)  # [C, P], P contiguous
+    if ROUND:  # to nearest TF32, so that the kernel reading the copy need not round its tiles
+        tile = round_tf32(tile)
     tl.store(y_ptr + base + offs_p[:, None] * C + offs_c[None, :], tl.trans(tile), mask=tl.trans(mask))
 
 
 def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLOCK_P,
-                     num_warps: int = NUM_WARPS) -> torch.Tensor:
+                     num_warps: int = NUM_WARPS, round_to_nearest_tf32: bool = False) -> torch.Tensor:
     """`x.contiguous(memory_format=torch.channels_last)`, with our copy where `x` is a 4-D NCHW-contiguous
     float32 tensor with MIN_CHANNELS or more channels that is not channels_last-contiguous already; torch's
-    otherwise (few channels, other layouts, dtypes). The tile keywords are for benchmarks/probe_layout_copy.py."""
+    otherwise (few channels, other layouts, dtypes). The tile keywords are for benchmarks/probe_layout_copy.py.
+    `round_to_nearest_tf32`: the copy's values rounded to nearest TF32 (precision.round_to_tf32), always a new
+    tensor then."""
     if x.dim() != 4 or x.dtype is not torch.float32 or not x.is_contiguous() or x.shape[1] < MIN_CHANNELS or \
-            x.is_contiguous(memory_format=torch.channels_last) or x.numel() == 0:
-        return x.contiguous(memory_format=torch.channels_last)
+            x.is_contiguous(memory_format=torch.channels_last) or x.numel() == 0 or \
+            x.shape[1] * x.shape[2] * x.shape[3] >= 2**31:  # offsets inside one image are int32
+        y = x.contiguous(memory_format=torch.channels_last)
+        return rounded_tf32(y) if round_to_nearest_tf32 else y
     n, c, h, w = x.shape
-    if c * h * w >= 2**31:  # offsets inside one image are int32
-        return x.contiguous(memory_format=torch.channels_last)
     y = torch.empty_like(x, memory_format=torch.channels_last)
     tiles_p = triton.cdiv(h * w, block_p)
     _nchw_to_nhwc_kernel[(n * tiles_p, triton.cdiv(c, block_c))](x, y, c, h * w, tiles_p, BLOCK_C=block_c,
-                                                                  BLOCK_P=block_p, num_warps=num_warps)
+                                                                  BLOCK_P=block_p, ROUND=round_to_nearest_tf32,
+                                                                  num_warps=num_warps)
     return y
 
 
-SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last)
+ROUND_BLOCK = 4096  # elements per program of the rounding pass (a memory-bound elementwise pass; not tuned)
+
+
+@triton.jit
+def _round_tf32_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def rounded_tf32(x: torch.Tensor) -> torch.Tensor:
+    """A copy of `x` in the same memory layout, its values rounded to nearest TF32 (as precision.round_to_tf32):
+    one pass over memory where `x` is a dense float32 tensor (contiguous in some dimension order), the host
+    function otherwise."""
+    dense = x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
+    if x.dtype is not torch.float32 or not dense or x.numel() == 0:
+        return round_to_tf32(x)
+    y = torch.empty_like(x)  # a dense tensor's strides are kept: the same element order in memory
+    _round_tf32_kernel[(triton.cdiv(x.numel(), ROUND_BLOCK),)](x, y, x.numel(), BLOCK=ROUND_BLOCK, num_warps=4)
+    return y
+
+
+SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last, _round_tf32_kernel, rounded_tf32, round_tf32)

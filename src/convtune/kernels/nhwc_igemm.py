@@ -17,7 +17,7 @@ their weight tile and input rows in L2.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import triton
@@ -126,28 +126,39 @@ class LaunchPlan:
     out_shape: tuple[int, int, int, int]
     round_weight: bool
     out_cl: bool  # writes a channels_last output
+    input_rounded: bool  # expects its input rounded to nearest TF32 (round_input), and does not round its tiles
     constexprs: dict
     binary_key: tuple
 
 
+def round_input(x: torch.Tensor, plan: "LaunchPlan") -> torch.Tensor:
+    """The input as the plan's kernel reads it: channels_last-contiguous, and rounded to nearest TF32 where the
+    plan expects that (input_rounded); an NCHW input is copied and rounded in one pass (layout.to_channels_last),
+    a channels_last one rounded by a pass of its own (layout.rounded_tf32)."""
+    return to_channels_last(x, round_to_nearest_tf32=plan.input_rounded)
+
+
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
-              weight_tma: bool = True) -> LaunchPlan:
+              weight_tma: bool = True, input_rounded: bool = False) -> LaunchPlan:
     """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
     H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
     best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
     resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py --weight-tma both,
-    docs/evidence/h200_issue13_tma.txt)."""
+    docs/evidence/h200_issue13_tma.txt). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
+    nearest TF32 already (round_input), so the kernel does not round its tiles."""
     m = g.n * g.oh * g.ow
     if m * g.c_out >= 2**31:
         raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
     rounds = rounds_operands(precision)
+    input_rounded = input_rounded and rounds
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
               SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
-              HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds, OUT_CL=out_cl,
+              HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds and not input_rounded, OUT_CL=out_cl,
               W_TMA=weight_tma and tma_fits(g.c), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
               GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
     grid = (triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
-    return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, cx, tuple(sorted(cx.items())))
+    return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, input_rounded, cx,
+                      tuple(sorted(cx.items())))
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -159,7 +170,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _launch(plan.constexprs, x, wp, b, out, plan.m, "none"), "none"
     key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan.constexprs, x, weight, bias, out, plan.round_weight),
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
                             lambda: f"nhwc_igemm {plan.constexprs}")
     with llvm_opt.compiling_at(level):
         return _launch(plan.constexprs, x, wp, b, out, plan.m, level), level
@@ -167,21 +178,53 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1, weight_tma: bool = True) -> Launched:
+           groups: int = 1, weight_tma: bool = True, round_input_first: bool = False) -> Launched:
     """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
     layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
-    unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan."""
+    unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan. `round_input_first` (the
+    `nhwc_preround` variant): for `tf32`, the input is rounded to nearest TF32 before the kernel, in the copy to
+    channels_last or by a pass of its own, inside this call, and the kernel does not round its tiles."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
+                              round_input_first)
+    compiled, level = run(plan, round_input(x, plan), weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+            groups: int = 1, round_input_first: bool = False) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional caches one per
+    signature): every check and the plan here, once; the returned call only copies the input into the layout the
+    kernel reads (rounding it for nhwc_preround) and launches, writing `out` (allocated here if None). The contest
+    times this call from an idle GPU, where the host's work per call counts (tune/contest.py)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, True,
+                              round_input_first)
+
+    def call() -> torch.Tensor:
+        run(plan, round_input(x, plan), weight, bias, out)
+        return out
+    return call
+
+
+def prepared_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                     dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+                     groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`prepared` for the nhwc_preround variant (launch_preround)."""
+    return prepared(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, round_input_first=True)
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
+                  weight_tma: bool, round_input_first: bool) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated channels_last unless given) and the plan."""
     check_conv_inputs(x, weight, bias, groups, contiguous=False)
     g = geometry(x, weight, stride, padding, dilation)
-    x = to_channels_last(x)
     if out is None:
         out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
                           memory_format=torch.channels_last)
     else:
         check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
-    plan = make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma)
-    compiled, level = run(plan, x, weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
+    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma, round_input_first), out
 
 
 def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
@@ -193,20 +236,24 @@ def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: t
     return _conv2d_nhwc_kernel[grid](x, wp, b, out, m, **cx, LLVM_OPT=level)
 
 
-def _right_at(level: str, cx: dict, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-              out: torch.Tensor, rounds: bool) -> bool:
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
     """Compile the binary at `level` and run it on one random image (M is not specialised: the binary is the
     same for any batch) against float64 (kernels/llvm_opt.py: why). The inputs keep the real ones' layouts and
     16-byte alignment."""
+    cx = plan.constexprs
     gen = torch.Generator(device=x.device).manual_seed(20261122)
     xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
+    if plan.input_rounded:  # as the real input is: the kernel does not round it
+        xs.copy_(round_to_tf32(xs))
     ws = aligned_random(tuple(weight.shape), weight, gen)
     bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
     shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
     outs = aligned_nan(shape, out)
     outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
     with llvm_opt.compiling_at(level):
-        _launch(cx, xs, pack_weight(ws, rounds), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"], level)
+        _launch(cx, xs, pack_weight(ws, plan.round_weight), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"],
+                level)
     return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
 
 
@@ -230,5 +277,37 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
 
 
+def launch_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                    dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+                    groups: int = 1, weight_tma: bool = True) -> Launched:
+    """The `nhwc_preround` variant: `launch` with the input rounded to nearest TF32 before the kernel (for `tf32`;
+    any other precision runs as `launch` does). Why a variant of its own: rounding the A tiles in the kernel sends
+    them from shared memory through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which
+    of the two pipelines is faster depends on the tile. On the H200, each way at its best of 14 configurations
+    (benchmarks/probe_prerounded.py --grid, docs/evidence/h200_issue13_prerounded_grid.txt), the kernel on a rounded
+    input was 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding
+    costs a pass over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in
+    the copy an NCHW input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2
+    and resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key."""
+    return launch(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
+                  round_input_first=True)
+
+
+def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
+    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt), by C_out: 384 (alexnet_conv3/4)
+    M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
+    (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
+    for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""
+    if precision != "tf32" or out_channels <= 64:
+        return default_meta(out_channels, stride_w, width, precision)
+    if out_channels <= 128:
+        return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+    if out_channels <= 256:
+        return Meta(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, num_warps=8, num_stages=4)
+    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+
+
 SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32, round_to_tf32, pack_weight, writes_channels_last, tma_fits,
-                          make_plan, _launch, launch, default_meta, layout)
+                          make_plan, round_input, _launch, launch, _checked_plan, prepared, default_meta, launch_preround,
+                          prepared_preround, default_meta_preround, layout)
