@@ -16,15 +16,4 @@ done
 run kernel=implicit_gemm problem=alexnet_conv3
 run kernel=implicit_gemm problem=kernelbench_l1_50
 step "NCU counters per run"
-python3 - <<'PY'
-from mlflow.tracking import MlflowClient
-c = MlflowClient("sqlite:////tmp/ncu13/mlflow.db")
-for e in c.search_experiments():
-    for r in c.search_runs([e.experiment_id]):
-        m, t, p = r.data.metrics, r.data.tags, r.data.params
-        keys = sorted(k for k in m if k.startswith("ncu"))
-        print(f"{p.get('problem')} {p.get('problem.layout')} {p.get('kernel')} {r.info.run_name} latency {m.get('latency_ms', 0):.4f} ms "
-              f"regs {m.get('registers')} occupancy {m.get('occupancy_pct')} ({t.get('occupancy_limiter')}) llvm_opt {t.get('llvm_opt')} {t.get('ncu_status')}")
-        for k in keys:
-            print(f"    {k} = {m[k]:.4g}")
-PY
+python3 benchmarks/ncu_runs.py sqlite:////tmp/ncu13/mlflow.db
