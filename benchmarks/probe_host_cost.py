@@ -5,13 +5,12 @@ library call, the launcher and a bare Triton launch, then a cProfile of the modu
 """
 import cProfile
 import pstats
-import statistics
-import time
 
 import torch
 
 import convtune
 from convtune.kernels import implicit_gemm as ig
+from host_timing import host_us
 
 x = torch.randn(32, 3, 224, 224, device="cuda")
 ours = convtune.nn.Conv2d(3, 64, 7, 2, 3, bias=False).cuda()
@@ -19,16 +18,6 @@ theirs = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False).cuda()
 w = ours.weight.detach()
 plan = convtune.functional._plan(x, w, None, (2, 2), (3, 3), (1, 1), 1, "tf32")
 out = torch.empty(plan.out_shape, device="cuda")
-
-
-def host_us(f, n=300):
-    for _ in range(20):
-        f()
-    torch.cuda.synchronize()
-    got = []
-    for _ in range(n):
-        t0 = time.perf_counter(); f(); got.append(time.perf_counter() - t0); torch.cuda.synchronize()
-    return 1e6 * statistics.median(got)
 
 
 with torch.no_grad():
