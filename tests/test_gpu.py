@@ -188,8 +188,18 @@ def test_the_library_runs_each_layout_on_its_kernel_with_torchs_values_layouts_a
 
 def test_our_nchw_to_channels_last_copy_equals_torchs_on_the_gpu():
     """tests/gpu_scripts/layout_copy.py, compiled: kernels.layout.to_channels_last bit for bit against torch's copy
-    on 300 random shapes, tile sizes and misaligned starts."""
+    (and the rounding copy against the host rounding) on 300 random shapes, tile sizes and misaligned starts."""
+    _script_says_ok("tests/gpu_scripts/layout_copy.py")
+
+
+def test_the_bound_nhwc_launches_give_the_dispatched_calls_bits_on_the_gpu():
+    """tests/gpu_scripts/bound_nhwc.py: after a binary's first (Triton-dispatched) call, nhwc_igemm.run and the layout
+    copies launch it past the dispatch (kernels.common.bound_runner); on random shapes, layouts, precisions and both
+    nhwc kernels those calls give the first call's bits."""
+    _script_says_ok("tests/gpu_scripts/bound_nhwc.py")
+
+
+def _script_says_ok(script: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "tests/gpu_scripts/layout_copy.py"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([sys.executable, script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -277,3 +277,16 @@ def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypa
         memory_format=torch.channels_last)
     dbl = x.double()
     assert to_channels_last(dbl).dtype is torch.float64 and torch.equal(to_channels_last(dbl), dbl)
+
+
+def test_there_is_no_bound_launch_without_a_compiled_kernel():
+    """kernels.common.bound_runner: under the interpreter a launch returns no compiled kernel, and the launchers
+    keep going through the JIT function (their bound launches are checked on the GPU: tests/gpu_scripts/bound_nhwc.py)."""
+    from convtune.kernels import layout, nhwc_igemm
+    from convtune.kernels.common import bound_runner
+
+    assert bound_runner(None, (4,), nhwc_igemm._conv2d_nhwc_kernel, 5, {}) is None
+    x = torch.randn(2, 16, 5, 3)
+    layout.to_channels_last(x, round_to_nearest_tf32=True)
+    get_variant("nhwc_preround").launch(x, torch.randn(4, 16, 3, 3), None, 1, 1, 1, Meta(16, 16, 16, 4, 2))
+    assert layout._bound == {} and nhwc_igemm._bound == {}

@@ -190,6 +190,25 @@ class WeightCache:
         return packed
 
 
+def bound_runner(compiled: Any, grid: tuple[int, ...], fn: Any, first: int,
+                 values: dict[str, Any]) -> Optional[Callable[..., Any]]:
+    """A launch of an already compiled (and checked) binary that skips Triton's per-call dispatch
+    (JITFunction.run: binding every argument, the specialisation key, the cache lookup), which is most of a launch's
+    host time (benchmarks/probe_host_cost_nhwc.py: 44.9 us of one nhwc conv launch on the H200, against 44.3 us for
+    cuDNN's whole call). `fn`'s arguments from index `first` on are constexprs, taken from `values`; the returned
+    call takes the runtime arguments before them. None where this Triton's compiled kernel has no runner (the
+    interpreter, or another Triton): callers then launch through the JIT function. Launch hooks (profilers) still
+    run: Triton's runner reads them on every call."""
+    if compiled is None or not hasattr(type(compiled), "__getitem__"):
+        return None
+    runner = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+    tail = tuple(values[n] for n in fn.arg_names[first:])
+
+    def launch(*args: Any) -> None:
+        runner(*args, *tail)
+    return launch
+
+
 def source_hash(*objs: Callable[..., Any]) -> str:
     """A short hash of the source text of the given functions/modules: a run's kernel identity."""
     h = hashlib.sha256()

@@ -13,11 +13,13 @@ compares the two bit for bit on random shapes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import source_hash
+from convtune.kernels.common import bound_runner, source_hash
 from convtune.kernels.precision import round_tf32, round_to_tf32
 
 # Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py, 16 tiles of 32-128 channels ×
@@ -60,10 +62,26 @@ def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLO
     n, c, h, w = x.shape
     y = torch.empty_like(x, memory_format=torch.channels_last)
     tiles_p = triton.cdiv(h * w, block_p)
-    _nchw_to_nhwc_kernel[(n * tiles_p, triton.cdiv(c, block_c))](x, y, c, h * w, tiles_p, BLOCK_C=block_c,
-                                                                  BLOCK_P=block_p, ROUND=round_to_nearest_tf32,
-                                                                  num_warps=num_warps)
+    grid = (n * tiles_p, triton.cdiv(c, block_c))
+    key = (grid, c, h * w, tiles_p, block_c, block_p, num_warps, round_to_nearest_tf32, x.get_device(),
+           x.data_ptr() & 15, y.data_ptr() & 15)
+    bound = _bound.get(key)
+    if bound is not None:  # this binary has run for these arguments: launch it past Triton's dispatch
+        bound(x, y, c, h * w, tiles_p)
+        return y
+    compiled = _nchw_to_nhwc_kernel[grid](x, y, c, h * w, tiles_p, BLOCK_C=block_c, BLOCK_P=block_p,
+                                          ROUND=round_to_nearest_tf32, num_warps=num_warps)
+    if x.is_cuda:
+        bound = bound_runner(compiled, grid, _nchw_to_nhwc_kernel, 5,
+                             {"BLOCK_C": block_c, "BLOCK_P": block_p, "ROUND": round_to_nearest_tf32})
+        if bound is not None:
+            _bound[key] = bound
     return y
+
+
+# (grid, runtime arguments, tile, rounding, device, alignments) → bound launch (common.bound_runner): the copy's
+# Triton dispatch took 32.7 us of host time a call on the H200 (benchmarks/probe_host_cost_nhwc.py)
+_bound: dict[tuple, Any] = {}
 
 
 ROUND_BLOCK = 4096  # elements per program of the rounding pass (a memory-bound elementwise pass; not tuned)
@@ -84,8 +102,18 @@ def rounded_tf32(x: torch.Tensor) -> torch.Tensor:
     if x.dtype is not torch.float32 or not dense or x.numel() == 0:
         return round_to_tf32(x)
     y = torch.empty_like(x)  # a dense tensor's strides are kept: the same element order in memory
-    _round_tf32_kernel[(triton.cdiv(x.numel(), ROUND_BLOCK),)](x, y, x.numel(), BLOCK=ROUND_BLOCK, num_warps=4)
+    grid = (triton.cdiv(x.numel(), ROUND_BLOCK),)
+    key = ("round", grid, x.numel(), x.get_device(), x.data_ptr() & 15, y.data_ptr() & 15)
+    bound = _bound.get(key)
+    if bound is not None:
+        bound(x, y, x.numel())
+        return y
+    compiled = _round_tf32_kernel[grid](x, y, x.numel(), BLOCK=ROUND_BLOCK, num_warps=4)
+    if x.is_cuda:
+        bound = bound_runner(compiled, grid, _round_tf32_kernel, 3, {"BLOCK": ROUND_BLOCK})
+        if bound is not None:
+            _bound[key] = bound
     return y
 
 
-SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last, _round_tf32_kernel, rounded_tf32, round_tf32)
+SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last, _round_tf32_kernel, rounded_tf32, round_tf32, bound_runner)
