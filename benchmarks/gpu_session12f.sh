@@ -6,12 +6,4 @@ source benchmarks/gpu_env.sh
 step "python3 -m convtune.verify --variants nhwc_igemm --precisions tf32,ieee --shapes 300 --workers 14"
 timeout 500 python3 -m convtune.verify --variants nhwc_igemm --precisions tf32,ieee --shapes 300 --seed 12 \
   --workers 14 --max-seconds 460 --out "$OUT/verify.jsonl" 2>&1 | tail -20
-python3 - "$OUT/verify.jsonl" <<'PY'
-import collections, json, sys
-c = collections.Counter()
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    c[(r["variant"], r.get("layout", "nchw"), r["outcome"])] += 1
-for k, v in sorted(c.items()):
-    print(f"{v:4d}  {k[0]:<14} {k[1]:<14} {k[2]}")
-PY
+python3 benchmarks/verify_counts.py "$OUT/verify.jsonl"

@@ -13,12 +13,4 @@ timeout 200 python3 tests/gpu_scripts/library_layouts.py 2>&1 | tail -25
 step "python3 -m convtune.verify --variants nhwc_preround --precisions tf32,ieee --shapes 300 --seed 13 --workers 14"
 timeout 280 python3 -m convtune.verify --variants nhwc_preround --precisions tf32,ieee --shapes 300 --seed 13 \
   --workers 14 --max-seconds 250 --out "$OUT/verify.jsonl" 2>&1 | tail -20
-python3 - "$OUT/verify.jsonl" <<'PY'
-import collections, json, sys
-c = collections.Counter()
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    c[(r["variant"], r.get("layout", "nchw"), r["outcome"])] += 1
-for k, v in sorted(c.items()):
-    print(f"{v:4d}  {k[0]:<14} {k[1]:<14} {k[2]}")
-PY
+python3 benchmarks/verify_counts.py "$OUT/verify.jsonl"
