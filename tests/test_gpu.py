@@ -199,6 +199,12 @@ def test_the_bound_nhwc_launches_give_the_dispatched_calls_bits_on_the_gpu():
     _script_says_ok("tests/gpu_scripts/bound_nhwc.py")
 
 
+def test_fold_igemm_on_random_strided_shapes_and_its_bound_launches_on_the_gpu():
+    """TMA, the overlapping-row descriptor and the column split are GPU-only: right on random shapes, layouts and
+    precisions, the bound launches giving the dispatched call's bits (tests/gpu_scripts/fold_igemm.py)."""
+    _script_says_ok("tests/gpu_scripts/fold_igemm.py")
+
+
 def _script_says_ok(script: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

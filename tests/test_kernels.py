@@ -22,11 +22,14 @@ def conv_cases(draw):
     dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     h = draw(st.integers(max(1, dh * (kh - 1) + 1 - 2 * ph), 13))
     w = draw(st.integers(max(1, dw * (kw - 1) + 1 - 2 * pw), 13))
-    return dict(n=draw(st.integers(1, 2)), c=c, h=h, w=w, k=draw(st.integers(1, 20)), kh=kh, kw=kw,
+    case = dict(n=draw(st.integers(1, 2)), c=c, h=h, w=w, k=draw(st.integers(1, 20)), kh=kh, kw=kw,
                 stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), bias=draw(st.booleans()),
                 meta=draw(st.sampled_from([Meta(16, 16, 16, 4, 1), Meta(32, 16, 16, 2, 2), Meta(16, 32, 32, 4, 3)])),
                 precision=draw(st.sampled_from(sorted(TOLERANCE))), seed=draw(st.integers(0, 2**16)),
                 variant=draw(st.sampled_from(sorted(VARIANTS))))
+    if case["variant"] == "fold_igemm":  # dilation 1 only (test_fold_igemm: its refusal of others)
+        case["dilation"] = (1, 1)
+    return case
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -82,7 +85,7 @@ def test_nhwc_weight_packs_aligned_for_tma():
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 @pytest.mark.parametrize("cin", [6, 8])  # 8: nhwc_igemm's weight tiles come through a TMA descriptor (tma_fits)
-@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround"])
+@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm"])
 def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, precision, cin):
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(2, cin, 7, 8, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
@@ -96,7 +99,7 @@ def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, pre
             assert out.is_contiguous(memory_format=fmt) and not torch.isnan(out).any()
             outs.append(out)
     allocated = kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision).out
-    # allocated: nhwc_igemm's channels_last (as torch's output for the input it reads), implicit_gemm's NCHW
+    # allocated: nhwc_igemm's channels_last (as torch's output for the input it reads), implicit_gemm's and fold_igemm's NCHW
     assert allocated.is_contiguous(memory_format=torch.channels_last if name.startswith("nhwc") else torch.contiguous_format)
     for out in outs:
         assert torch.equal(out, outs[0])  # the same numbers whatever the layouts
@@ -105,7 +108,7 @@ def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, pre
         kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 8, 7).transpose(2, 3))
 
 
-@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround"])
+@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm"])
 def test_the_prepared_call_checks_once_and_launches_what_launch_does(name):
     """KernelVariant.prepared (the contest's timed call): the plan made once, then each call the layout copy and the
     launch, writing the given output with launch's bits, again on the second call; what launch refuses, it refuses."""
@@ -155,6 +158,10 @@ def test_default_configuration_per_problem_class():
     assert pre.default_meta(128, 1, 28) == Meta(128, 128, 32, 8, 3)
     assert pre.default_meta(64, 1, 56) == nhwc.default_meta(64, 1, 56)  # not swept: nhwc_igemm's
     assert pre.default_meta(384, 1, 13, "ieee") == nhwc.default_meta(384, 1, 13, "ieee")  # nothing to round first
+    fold = get_variant("fold_igemm")  # L1 #50's best on the H200 (session 14), its 96 channels as 64 + 32
+    assert fold.default_meta(96, 4, 224) == Meta(128, 128, 32, 4, 4)
+    assert fold.default_meta(64, 2, 224) == Meta(128, 64, 32, 4, 4)
+    assert fold.default_meta(96, 4, 224, "tf32x3") == Meta(64, 128, 16, 4, 3)
 
 
 

@@ -62,10 +62,10 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
     status = verify_main(["--device", "interpreter", "--shapes", "3", "--seed", "7"])  # the command's main, here
     out, err = capsys.readouterr()
     assert status == 0, out + err
-    assert "verify: 48 cases (3 per variant × precision, seed 7) on interpreter" in out
+    assert "verify: 60 cases (3 per variant × precision, seed 7) on interpreter" in out
     assert "| implicit_gemm | tf32 | 3 |" in out and "| nhwc_igemm | tf32 | 3 |" in out
-    assert "| nhwc_preround | tf32 | 3 |" in out
-    assert out.strip().endswith("0 failure(s) in 48 cases")
+    assert "| nhwc_preround | tf32 | 3 |" in out and "| fold_igemm | tf32 | 3 |" in out
+    assert out.strip().endswith("0 failure(s) in 60 cases")
 
 
 def test_verify_refuses_an_unknown_precision_in_one_line(capsys):

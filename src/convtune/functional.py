@@ -6,7 +6,8 @@ Which kernel: the pin for the call's key decides (kernels.library_choice), and w
 (kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
 runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name another of the
 library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
-an input rounded to TF32 before the kernel. Each kernel reads its own layout, `implicit_gemm` NCHW and the nhwc
+an input rounded to TF32 before the kernel; `fold_igemm` folds the input (space-to-depth by the stride) into a
+buffer of its own, from either layout. Each other kernel reads its own layout, `implicit_gemm` NCHW and the nhwc
 kernels channels_last, so an input in the other layout is copied inside the call (rounded in that copy for
 `nhwc_preround`); each writes the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
 `channels_last`)."""
@@ -21,6 +22,7 @@ import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import library_choice, pins, torch_conv
+from convtune.kernels import fold_igemm as fold
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.kernels.common import check_conv_inputs, geometry, prepare
@@ -84,7 +86,7 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, str]
+Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, fold.LaunchPlan, str]
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -99,6 +101,8 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
     if value == pins.TORCH:
         return pins.TORCH
     out_cl = layout == "channels_last"
+    if value.kernel == "fold_igemm":  # type: ignore[union-attr]
+        return fold.make_plan(g, bias is not None, value.meta, precision, out_cl)  # type: ignore[union-attr]
     if value.kernel in CHANNELS_LAST_KERNELS:  # type: ignore[union-attr]
         return nhwc.make_plan(g, bias is not None, value.meta, precision, out_cl,  # type: ignore[union-attr]
                               input_rounded=CHANNELS_LAST_KERNELS[value.kernel])  # type: ignore[union-attr]
@@ -161,15 +165,19 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     # the layout the plan's kernel reads (and for nhwc_preround, its input rounded); a copy into it (none where the
-    # input has it) is part of the call
-    x = nhwc.round_input(input, plan) if isinstance(plan, nhwc.LaunchPlan) else input.contiguous()
+    # input has it) is part of the call; fold_igemm's fold reads either layout
+    if isinstance(plan, nhwc.LaunchPlan):
+        x = nhwc.round_input(input, plan)
+    else:
+        x = input if isinstance(plan, fold.LaunchPlan) else input.contiguous()
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
         _check(x, weight, bias, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
-    (nhwc.run if isinstance(plan, nhwc.LaunchPlan) else ig.run)(plan, x, weight, bias, out)
+    runs = nhwc.run if isinstance(plan, nhwc.LaunchPlan) else fold.run if isinstance(plan, fold.LaunchPlan) else ig.run
+    runs(plan, x, weight, bias, out)  # type: ignore[arg-type]
     return out
 
 

@@ -10,7 +10,7 @@ sample of small shapes through the interpreter (the test suite does that).
     python -m convtune.verify --device interpreter --shapes 10  # CPU, small shapes
 
 A case draws: batch 1–16, 1–64 input and 1–1024 output channels, kernel 1–7 (sometimes 11), stride 1–5,
-dilation 1–3, padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
+dilation 1–3 (1 for the variants that take only that, DILATION_ONE), padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
 bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
 default for the problem's class, which is what the library runs); for the variants that read any layout
 (ANY_LAYOUT), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
@@ -90,6 +90,8 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     while True:
         kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
         dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
+        if variant in DILATION_ONE:  # drawn all the same, so that the other variants' cases stay what they were
+            dh, dw = 1, 1
         sh, sw = rng.randint(1, 3 if small else 5), rng.randint(1, 3 if small else 5)
         ph, pw = rng.randint(0, dh * (kh - 1) + 2), rng.randint(0, dw * (kw - 1) + 2)  # up to wider than the kernel
         c = rng.randint(1, 4) if small else log_int(1, 64)
@@ -111,7 +113,8 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     return case
 
 
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround")  # the variants whose launch reads and writes either layout
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm")  # the variants whose launch reads and writes either layout
+DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:

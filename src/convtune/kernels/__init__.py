@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
-from convtune.kernels import implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
+from convtune.kernels import fold_igemm, implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -39,6 +39,8 @@ VARIANTS: dict[str, KernelVariant] = {
                                 nhwc_igemm.prepared),
     "nhwc_preround": KernelVariant("nhwc_preround", nhwc_igemm.launch_preround, nhwc_igemm.default_meta_preround,
                                    nhwc_igemm.SOURCE_HASH, nhwc_igemm.prepared_preround),
+    "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
+                                fold_igemm.prepared),
 }
 
 

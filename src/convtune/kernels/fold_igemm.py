@@ -1,0 +1,362 @@
+"""`fold_igemm` (issue 13, session 14): a strided convolution over few channels as a stride-1 GEMM fed by TMA.
+
+A stride-(SH, SW) convolution is, after a space-to-depth of its padded input (`fold`: channel (c, r, s) of folded
+position (hf, wf) is x[c, SH·hf + r - PH, SW·wf + s - PW], zero outside), a stride-1 convolution without padding
+over CF = C·SH·SW channels (padded to a multiple of 4, zeros) with ceil(KH/SH) × ceil(KW/SW) taps, the weight
+zero-padded and folded the same way. L1 #50's 11×11 stride-4 convolution over 3 channels becomes a 3×3 one over 48
+(K 432 instead of 363; implicit_gemm pads it to 528 for its 16-byte gathers).
+
+The fold writes NHWC (and rounds to nearest TF32 on the way for `tf32`: free in a copy, and the MMA then reads A
+straight from shared memory). In it, output position q = oh·WF + ow of one image reads for kernel row a the WF-wide
+rows q + a·WF, each B taps × CF channels = B·CF contiguous floats: a view [positions, B·CF] with row stride CF (its
+rows overlap, which a TMA descriptor allows). So A and the weight both come through TMA, the K loop has neither
+address arithmetic nor masks, and a tile is BLOCK_M consecutive q of one image (q past OW in each row, WF - OW of
+every WF, are computed and not stored). Where the output channels fill three quarters of one BLOCK_N tile (L1 #50's
+96 of 128), the tile is split into BLOCK_N/2 + BLOCK_N/4 columns, two MMAs sharing each A tile, so that no MMA runs
+on zero weights.
+
+Measured on the H200 (benchmarks/probe_fold_rows.py, probe_fold_tma.py, probe_fold_library.py; docs/evidence/
+h200_issue13_fold_*.txt), L1 #50, fold + convolution in one call: 0.422 ms at M128-N64+32-K32-w4-s4 (the convolution
+0.326, the fold 0.101) against 0.525 ms for implicit_gemm at its pin (cuDNN 2.08). In the probes: the masked-load
+version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent grids (one or two programs
+per SM, with and without flattened loops) 0.49-1.06. Not yet: fusing the fold into the kernel (its 0.08-0.10 ms, a
+fifth of the call), and the probe's fold is still 0.02 ms faster than this one (one flat int64 index, 0.082 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import UnsupportedProblem
+from convtune.kernels import llvm_opt
+from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
+                                     geometry, source_hash, writes_channels_last)
+from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+FOLD_BLOCK = 1024  # folded elements per program of the fold (a memory-bound copy: 3.8 TB/s on L1 #50; not tuned)
+
+
+@triton.jit
+def _fold_kernel(x_ptr, y_ptr,
+                 C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, IN_CL: tl.constexpr, SH: tl.constexpr,
+                 SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, HF: tl.constexpr, WF: tl.constexpr,
+                 CF: tl.constexpr, ROUND: tl.constexpr, BLOCK: tl.constexpr):
+    """x (NCHW or channels_last: IN_CL) → y [N, HF, WF, CF] contiguous: channel (c·SH + r)·SW + s of (hf, wf) is
+    x[c, SH·hf + r - PH, SW·wf + s - PW], zero outside the input and for the channels past C·SH·SW. A program
+    folds BLOCK elements of one image (program_id(1)): every index inside an image is int32 and every divisor a
+    constant (an int64 index with runtime strides ran L1 #50's fold at 0.194 ms against 0.082 ms this way)."""
+    img = tl.program_id(1).to(tl.int64)
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = o < HF * WF * CF
+    ch = o % CF
+    wf = (o // CF) % WF
+    hf = o // (CF * WF)
+    s = ch % SW
+    r = (ch // SW) % SH
+    c = ch // (SW * SH)
+    ih = hf * SH + r - PH
+    iw = wf * SW + s - PW
+    keep = inside & (c < C) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    if IN_CL:
+        at = (ih * W + iw) * C + c
+    else:
+        at = (c * H + ih) * W + iw
+    v = tl.load(x_ptr + img * (C * H * W) + at, mask=keep, other=0.0)
+    if ROUND:  # to nearest TF32 as cuDNN does; the weights were rounded when packed
+        v = round_tf32(v)
+    tl.store(y_ptr + img * (HF * WF * CF) + o, v, mask=inside)
+
+
+@triton.jit
+def _conv2d_fold_kernel(
+    a_desc, w_desc, w2_desc, b_ptr, y_ptr,  # a_desc: the folded input as [positions, KWF·CF], row stride CF
+    HF: tl.constexpr, WF: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, C_OUT: tl.constexpr,
+    KHF: tl.constexpr, ROW_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+    OUT_CL: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    # The columns a program computes: one BLOCK_N tile, or (SPLIT) BLOCK_N/2 + BLOCK_N/4 of them, each with its
+    # own MMA on the same A tile
+    N1: tl.constexpr = BLOCK_N // 2 if SPLIT else BLOCK_N
+    N2: tl.constexpr = BLOCK_N // 4 if SPLIT else 16  # 16: an unused accumulator's smallest shape
+    NT: tl.constexpr = N1 + N2 if SPLIT else BLOCK_N
+    TILES_N: tl.constexpr = (C_OUT + NT - 1) // NT
+    TILES_PER_IMG: tl.constexpr = (OH * WF + BLOCK_M - 1) // BLOCK_M
+    CHUNKS: tl.constexpr = ROW_PAD // BLOCK_K
+    OHW: tl.constexpr = OH * OW
+    pid = tl.program_id(0)
+    pid_n = pid % TILES_N  # the column tiles of one row tile run side by side, sharing its A tiles in L2
+    tile = pid // TILES_N
+    img = tile // TILES_PER_IMG
+    q0 = (tile % TILES_PER_IMG) * BLOCK_M
+    r0 = img * (HF * WF) + q0
+    n0 = pid_n * NT
+
+    acc = tl.zeros((BLOCK_M, N1), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, N2), dtype=tl.float32)
+    for t in range(0, KHF * CHUNKS):  # pipelined num_stages deep
+        a = a_desc.load([r0 + (t // CHUNKS) * WF, (t % CHUNKS) * BLOCK_K])
+        k = (t // CHUNKS) * ROW_PAD + (t % CHUNKS) * BLOCK_K
+        acc = tl.dot(a, w_desc.load([n0, k]).T, acc, input_precision=PRECISION)
+        if SPLIT:
+            acc2 = tl.dot(a, w2_desc.load([n0 + N1, k]).T, acc2, input_precision=PRECISION)
+
+    q = q0 + tl.arange(0, BLOCK_M)
+    p = (q // WF) * OW + q % WF  # the output position of q, where q % WF < OW
+    valid = (q < OH * WF) & (q % WF < OW)
+    y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
+    _store(acc, b_ptr, y_img, p, valid, n0 + tl.arange(0, N1), C_OUT, OHW, HAS_BIAS, OUT_CL)
+    if SPLIT:
+        _store(acc2, b_ptr, y_img, p, valid, n0 + N1 + tl.arange(0, N2), C_OUT, OHW, HAS_BIAS, OUT_CL)
+
+
+@triton.jit
+def _store(acc, b_ptr, y_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.constexpr, HAS_BIAS: tl.constexpr,
+           OUT_CL: tl.constexpr):
+    n_mask = offs_n < C_OUT
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if OUT_CL:  # channels_last: a position's channels are contiguous
+        y_offs = p[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = p[:, None] + offs_n[None, :] * OHW
+    tl.store(y_img + y_offs, acc, mask=valid[:, None] & n_mask[None, :])
+
+
+def folded_channels(c: int, stride: tuple[int, int]) -> int:
+    """C·SH·SW rounded up to a multiple of 4: the folded rows' stride must be a multiple of 16 bytes for TMA."""
+    return -(-c * stride[0] * stride[1] // 4) * 4
+
+
+def split_columns(c_out: int, block_n: int) -> bool:
+    """Split the column tile into BLOCK_N/2 + BLOCK_N/4 where those cover every output channel and BLOCK_N alone
+    would not be needed (L1 #50's 96 channels at BLOCK_N 128: 0.343 against 0.422 ms for the convolution, M128-K32-w4-s3,
+    docs/evidence/h200_issue13_fold_tma.txt); each part must be 16 wide at least (tl.dot)."""
+    return block_n >= 64 and block_n // 2 < c_out <= block_n * 3 // 4
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    grid: tuple[int]
+    out_shape: tuple[int, int, int, int]
+    folded_shape: tuple[int, int, int, int]  # [N, HF, WF, CF]
+    rows: int  # the A descriptor's rows (folded_rows)
+    taps: tuple[int, int]  # the folded kernel, KHF × KWF
+    stride: tuple[int, int]
+    row_pad: int  # a folded kernel row's KWF·CF floats, padded to a multiple of BLOCK_K (the weight zero there)
+    round_tf32: bool  # the fold rounds the input to nearest TF32, the packing the weight
+    out_cl: bool
+    fold_constexprs: dict
+    constexprs: dict
+    binary_key: tuple
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+    if g.dilation != (1, 1):
+        raise UnsupportedProblem(f"fold_igemm takes dilation 1 only, got {list(g.dilation)}")
+    sh, sw = g.stride
+    khf, kwf = -(-g.kh // sh), -(-g.kw // sw)
+    hf, wf = g.oh + khf - 1, g.ow + kwf - 1
+    cf = folded_channels(g.c, g.stride)
+    if g.n * hf * wf >= 2**31 or g.n * g.oh * g.ow * g.c_out >= 2**31 or hf * wf * cf >= 2**31:
+        raise UnsupportedProblem(f"fold_igemm: {g.n * hf * wf} folded positions, {hf * wf * cf} folded elements an "
+                                 f"image and {g.n * g.oh * g.ow * g.c_out} output elements; int32 indexing (and TMA's "
+                                 "coordinates) allow < 2**31")
+    if g.n > 65535:  # the fold's grid has one column per image
+        raise UnsupportedProblem(f"fold_igemm folds at most 65535 images a call, got {g.n}")
+    row_pad = -(-kwf * cf // meta.BLOCK_K) * meta.BLOCK_K
+    rounds = rounds_operands(precision)
+    fold_cx = dict(C=g.c, H=g.h, W=g.w, SH=sh, SW=sw, PH=g.padding[0], PW=g.padding[1], HF=hf, WF=wf, CF=cf,
+                   ROUND=rounds, BLOCK=FOLD_BLOCK)
+    split = split_columns(g.c_out, meta.BLOCK_N)
+    cx = dict(HF=hf, WF=wf, OH=g.oh, OW=g.ow, C_OUT=g.c_out, KHF=khf, ROW_PAD=row_pad, HAS_BIAS=has_bias,
+              PRECISION=dot_precision(precision), OUT_CL=out_cl, SPLIT=split, BLOCK_M=meta.BLOCK_M,
+              BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps, num_stages=meta.num_stages)
+    columns = meta.BLOCK_N * 3 // 4 if split else meta.BLOCK_N
+    grid = (g.n * triton.cdiv(g.oh * wf, meta.BLOCK_M) * triton.cdiv(g.c_out, columns),)
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), (g.n, hf, wf, cf), folded_rows(g.n * hf * wf), (khf, kwf),
+                      g.stride, row_pad, rounds, out_cl, fold_cx, cx, tuple(sorted(cx.items())))
+
+
+def folded_rows(positions: int) -> int:
+    """The A descriptor's rows: the folded positions rounded up to a multiple of 16, for every batch, so that the
+    binary the one-image check runs (_right_at) is the one the real call runs whatever Triton specialises on the
+    descriptor's shape. The rows past the folded input (the buffer holds them: fold) feed only outputs that are
+    not stored (q past OH·WF), as do the KWF - 1 positions a row's taps reach past them."""
+    return -(-positions // 16) * 16
+
+
+def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """The plan's folded input [N, HF, WF, CF], contiguous, from `x` NCHW or channels_last (any other layout is
+    made NCHW first), in one pass that rounds for tf32, at the start of a buffer of (rows + KWF - 1)·CF floats
+    (folded_rows: the tail is read for outputs not stored)."""
+    in_cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    x = x if in_cl else x.contiguous()
+    n, hf, wf, cf = plan.folded_shape
+    y = torch.empty((plan.rows + plan.taps[1] - 1) * cf, device=x.device, dtype=torch.float32)
+    grid = (triton.cdiv(hf * wf * cf, FOLD_BLOCK), n)
+    key = ("fold", grid, tuple(sorted(plan.fold_constexprs.items())), in_cl, x.get_device(), x.data_ptr() & 15)
+    bound = _bound.get(key)
+    if bound is not None:
+        bound(x, y)
+        return y
+    compiled = _fold_kernel[grid](x, y, IN_CL=in_cl, **plan.fold_constexprs, num_warps=4)
+    if x.is_cuda:
+        bound = bound_runner(compiled, grid, _fold_kernel, 2, {"IN_CL": in_cl, **plan.fold_constexprs})
+        if bound is not None:
+            _bound[key] = bound
+    return y
+
+
+_packed = WeightCache()  # the folded, packed weight, until the weight changes
+
+
+def pack_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD]: kernel row a of the folded weight is its KWF taps × CF channels
+    (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row of the
+    folded input lies in memory, then zeros to ROW_PAD; rounded to nearest TF32 where the plan's input is."""
+    c_out, c, kh, kw = weight.shape
+    sh, sw = plan.stride
+    khf, kwf = plan.taps
+    cf = plan.folded_shape[3]
+    w = torch.nn.functional.pad(weight.detach().float(), (0, kwf * sw - kw, 0, khf * sh - kh))
+    w = w.reshape(c_out, c, khf, sh, kwf, sw).permute(0, 2, 4, 1, 3, 5).reshape(c_out, khf, kwf, c * sh * sw)
+    w = torch.nn.functional.pad(w, (0, cf - c * sh * sw)).reshape(c_out, khf, kwf * cf)
+    w = torch.nn.functional.pad(w, (0, plan.row_pad - kwf * cf)).reshape(c_out, khf * plan.row_pad).contiguous()
+    return round_to_tf32(w) if plan.round_tf32 else w
+
+
+def packed_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    return _packed.get(weight, (plan.stride, plan.taps, plan.folded_shape[3], plan.row_pad, plan.round_tf32),
+                       lambda w: pack_weight(w, plan))
+
+
+def _descriptors(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor) -> tuple[Any, Any, Any]:
+    """TMA descriptors: the folded input as overlapping rows [positions, KWF·CF] with row stride CF, and the packed
+    weight as [C_out, K] in column tiles of BLOCK_N (or of BLOCK_N/2 and BLOCK_N/4, SPLIT)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    cx, cf, kwf = plan.constexprs, plan.folded_shape[3], plan.taps[1]
+    a = TensorDescriptor(xf, [plan.rows, kwf * cf], [cf, 1], [cx["BLOCK_M"], cx["BLOCK_K"]])  # xf: fold's buffer
+    if cx["SPLIT"]:
+        return (a, TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"] // 2, cx["BLOCK_K"]]),
+                TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"] // 4, cx["BLOCK_K"]]))
+    w = TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"], cx["BLOCK_K"]])
+    return a, w, w
+
+
+def _launch(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, level: str) -> Any:
+    return _conv2d_fold_kernel[plan.grid](*_descriptors(plan, xf, wp), b, out, **plan.constexprs, LLVM_OPT=level)
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Fold `x` (any layout; the caller has checked it) and launch the plan, writing `out` (in the plan's layout).
+    Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    xf = fold(x, plan)
+    wp = packed_weight(weight, plan)
+    b = bias if bias is not None else wp
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _launch(plan, xf, wp, b, out, "none"), "none"
+    key = (plan.binary_key, x.get_device(), b.data_ptr() & 15, out.data_ptr() & 15)
+    bound = _bound.get((key, plan.grid))
+    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        launch_bound, compiled, level = bound
+        launch_bound(*_descriptors(plan, xf, wp), b, out)
+        return compiled, level
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, weight, bias, out),
+                            lambda: f"fold_igemm {plan.constexprs}")
+    with llvm_opt.compiling_at(level):
+        compiled = _launch(plan, xf, wp, b, out, level)
+    launch_bound = bound_runner(compiled, plan.grid, _conv2d_fold_kernel, 5, {**plan.constexprs, "LLVM_OPT": level})
+    if launch_bound is not None:
+        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
+    return compiled, level
+
+
+# binary or fold keys → bound launches (common.bound_runner): later calls go past Triton's per-call dispatch
+_bound: dict[tuple, Any] = {}
+
+
+def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
+    """Compile the binary at `level` and run it on one random image (the number of tiles is not specialised: the
+    binary is the same for any batch) against float64 (kernels/llvm_opt.py: why), with the real output's and
+    bias's 16-byte alignment (the folded input and packed weight are fresh tensors, always aligned)."""
+    cx = plan.constexprs
+    fx = plan.fold_constexprs
+    gen = torch.Generator(device=out.device).manual_seed(20261122)
+    xs = torch.rand((1, fx["C"], fx["H"], fx["W"]), generator=gen, device=out.device) * 2 - 1
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    one = LaunchPlan((plan.grid[0] // plan.out_shape[0],), (1,) + plan.out_shape[1:], (1,) + plan.folded_shape[1:],
+                     folded_rows(plan.folded_shape[1] * plan.folded_shape[2]), plan.taps, plan.stride, plan.row_pad,
+                     plan.round_tf32, plan.out_cl, fx, cx, plan.binary_key)
+    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
+    outs = aligned_nan(shape, out)
+    outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+    wp = pack_weight(ws, one)
+    with llvm_opt.compiling_at(level):
+        _launch(one, fold(xs, one), wp, bs if bs is not None else wp, outs, level)
+    return agrees(outs, xs, ws, bs, plan.stride, (fx["PH"], fx["PW"]), (1, 1), cx["PRECISION"])
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
+                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    if out is None:
+        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32)
+    else:
+        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
+    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out)), out
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1) -> Launched:
+    """Check, allocate (unless `out` is given: NCHW or channels_last), fold and launch once. The input may be in
+    any layout: the fold reads it through its strides, inside this call (and so inside any timing of it)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+    compiled, level = run(plan, x, weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+             groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional): the checks and
+    the plan here, once; the returned call folds and launches, writing `out` (allocated here if None)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+
+    def call() -> torch.Tensor:
+        run(plan, x, weight, bias, out)
+        return out
+    return call
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """The configuration per problem class. tf32: L1 #50's best on the H200 (benchmarks/probe_fold_tma.py,
+    BM 64/128/256 × BN 128 or 64+32 × BK 16/32 × w 4/8 × s 3/4: M128-N64+32-K32-w4-s4, fold + convolution 0.415 ms;
+    K32-w8-s4 0.420, K16-w4-s3 0.435). BLOCK_N 128 up to 128 channels (split to 64 + 32 at 65-96), 64 up to 64.
+    Three products or FMA per multiply (tf32x3, ieee): smaller tiles, untuned."""
+    block_n = 64 if out_channels <= 64 else 128
+    if precision not in ("tf32", "tf32_trunc"):
+        return Meta(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=16, num_warps=4, num_stages=3)
+    return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=4)
+
+
+SOURCE_HASH = source_hash(_fold_kernel, _conv2d_fold_kernel, _store, round_tf32, round_to_tf32, folded_channels,
+                          split_columns, make_plan, folded_rows, fold, pack_weight, _descriptors, _launch, run, bound_runner,
+                          _checked_plan, launch, prepared, default_meta)
