@@ -30,13 +30,15 @@ from probe_kernels import FAST, grid, load_problem
 
 import convtune
 from convtune.kernels import nhwc_igemm
+from convtune.kernels.precision import round_tf32
 from convtune.measure import bench
 from convtune.measure.one_config import make_inputs
 
 
 @triton.jit
 def _fold_kernel(x_ptr, out_ptr, TOTAL, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, S: tl.constexpr,
-                 PH: tl.constexpr, PW: tl.constexpr, HF: tl.constexpr, WF: tl.constexpr, BLOCK: tl.constexpr):
+                 PH: tl.constexpr, PW: tl.constexpr, HF: tl.constexpr, WF: tl.constexpr, BLOCK: tl.constexpr,
+                 ROUND: tl.constexpr = False):  # ROUND: to nearest TF32 (benchmarks/probe_fold_rows.py)
     o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = o < TOTAL
     s = o % S
@@ -49,6 +51,8 @@ def _fold_kernel(x_ptr, out_ptr, TOTAL, C: tl.constexpr, H: tl.constexpr, W: tl.
     iw = wf * S + s - PW
     keep = inside & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
     v = tl.load(x_ptr + ((n * C + c) * H + ih) * W + iw, mask=keep, other=0.0)
+    if ROUND:
+        v = round_tf32(v)
     tl.store(out_ptr + o, v, mask=inside)
 
 

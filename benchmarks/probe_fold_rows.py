@@ -33,33 +33,13 @@ import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from probe_fold import _fold_kernel, fold_weight  # session 12's fold (ROUND: rounding to TF32 on the way)
 
 from convtune.kernels.precision import round_tf32, round_to_tf32
 
 GROUP_M = 8
-
-
-@triton.jit
-def _fold_kernel(x_ptr, out_ptr, TOTAL, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, S: tl.constexpr,
-                 PH: tl.constexpr, PW: tl.constexpr, HF: tl.constexpr, WF: tl.constexpr, ROUND: tl.constexpr,
-                 BLOCK: tl.constexpr):
-    """NCHW [N, C, H, W] → NHWC [N, HF, WF, C·S·S], channel (c, r, s) of (hf, wf) = x[c, S·hf + r - PH, S·wf + s - PW]
-    (zero outside: the convolution's padding), rounded to nearest TF32 if ROUND."""
-    o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = o < TOTAL
-    s = o % S
-    r = (o // S) % S
-    c = (o // (S * S)) % C
-    wf = (o // (S * S * C)) % WF
-    hf = (o // (S * S * C * WF)) % HF
-    n = o // (S * S * C * WF * HF)
-    ih = hf * S + r - PH
-    iw = wf * S + s - PW
-    keep = inside & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-    v = tl.load(x_ptr + ((n * C + c) * H + ih) * W + iw, mask=keep, other=0.0)
-    if ROUND:
-        v = round_tf32(v)
-    tl.store(out_ptr + o, v, mask=inside)
 
 
 def fold_input(x: torch.Tensor, s: int, pad: int, hf: int, wf: int, round_: bool) -> torch.Tensor:
@@ -68,14 +48,6 @@ def fold_input(x: torch.Tensor, s: int, pad: int, hf: int, wf: int, round_: bool
     _fold_kernel[(triton.cdiv(out.numel(), 1024),)](x, out, out.numel(), C=c, H=h, W=w, S=s, PH=pad, PW=pad, HF=hf,
                                                       WF=wf, ROUND=round_, BLOCK=1024)
     return out
-
-
-def fold_weight(w: torch.Tensor, s: int) -> torch.Tensor:
-    """[K, C, KH, KW] → [K, C·s·s, ceil(KH/s), ceil(KW/s)], channel (c, r, s') of tap (a, b) = w[c, s·a + r, s·b + s']."""
-    k, c, kh, kw = w.shape
-    a, b = -(-kh // s), -(-kw // s)
-    wp = F.pad(w, (0, b * s - kw, 0, a * s - kh))
-    return wp.view(k, c, a, s, b, s).permute(0, 1, 3, 5, 2, 4).reshape(k, c * s * s, a, b).contiguous()
 
 
 def pack_rows(wf: torch.Tensor, row_pad: int) -> torch.Tensor:

@@ -119,3 +119,15 @@ def test_a_pin_naming_fold_igemm_runs_it_for_either_layout(tmp_path, monkeypatch
         torch.testing.assert_close(out.double(), tf32_ref(inp, w, b, 2, 3), rtol=1e-5, atol=1e-5)
         assert torch.equal(inp, before)
     functional.forget_choices()
+
+
+@pytest.mark.parametrize("out_cl", [False, True])
+def test_the_one_image_check_runs_the_plans_binary_on_a_batch_of_one(out_cl):
+    """_right_at (llvm_opt's check of a new binary; on a GPU only, called here through the interpreter): the plan cut
+    to one image, the descriptor's rows still a multiple of 16, agrees with float64."""
+    x, w, b = torch.rand(3, 3, 30, 26), torch.randn(96, 3, 11, 11) * 0.05, torch.randn(96)
+    fmt = torch.channels_last if out_cl else torch.contiguous_format
+    out = torch.empty(3, 96, 6, 5, memory_format=fmt)
+    plan = fi.make_plan(geometry(x, w, 4, 2, 1), True, Meta(32, 128, 32, 4, 2), "tf32", out_cl)
+    assert plan.rows % 16 == 0 and plan.constexprs["SPLIT"]
+    assert fi._right_at("O3", plan, w, b, out)

@@ -17,7 +17,8 @@ on zero weights.
 
 Measured on the H200 (benchmarks/probe_fold_rows.py, probe_fold_tma.py, probe_fold_library.py; docs/evidence/
 h200_issue13_fold_*.txt), L1 #50, fold + convolution in one call: 0.422 ms at M128-N64+32-K32-w4-s4 (the convolution
-0.326, the fold 0.101) against 0.525 ms for implicit_gemm at its pin (cuDNN 2.08). In the probes: the masked-load
+0.326, the fold 0.101; probe_fold_library.py), where probe_fold_tma.py's run timed implicit_gemm at its pin at
+0.526 ms and cuDNN at 2.10. In the probes: the masked-load
 version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent grids (one or two programs
 per SM, with and without flattened loops) 0.49-1.06. Not yet: fusing the fold into the kernel (its 0.08-0.10 ms, a
 fifth of the call), and the probe's fold is still 0.02 ms faster than this one (one flat int64 index, 0.082 ms).
@@ -25,7 +26,7 @@ fifth of the call), and the probe's fold is still 0.02 ms faster than this one (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -298,9 +299,8 @@ def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional
     xs = torch.rand((1, fx["C"], fx["H"], fx["W"]), generator=gen, device=out.device) * 2 - 1
     ws = aligned_random(tuple(weight.shape), weight, gen)
     bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    one = LaunchPlan((plan.grid[0] // plan.out_shape[0],), (1,) + plan.out_shape[1:], (1,) + plan.folded_shape[1:],
-                     folded_rows(plan.folded_shape[1] * plan.folded_shape[2]), plan.taps, plan.stride, plan.row_pad,
-                     plan.round_tf32, plan.out_cl, fx, cx, plan.binary_key)
+    one = replace(plan, grid=(plan.grid[0] // plan.out_shape[0],), out_shape=(1,) + plan.out_shape[1:],
+                  folded_shape=(1,) + plan.folded_shape[1:], rows=folded_rows(plan.folded_shape[1] * plan.folded_shape[2]))
     shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
     outs = aligned_nan(shape, out)
     outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
@@ -327,7 +327,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
            groups: int = 1) -> Launched:
     """Check, allocate (unless `out` is given: NCHW or channels_last), fold and launch once. The input may be in
-    any layout: the fold reads it through its strides, inside this call (and so inside any timing of it)."""
+    any layout: the fold reads NCHW and channels_last as they are and any other layout from an NCHW copy, inside this
+    call (and so inside any timing of it)."""
     plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
     compiled, level = run(plan, x, weight, bias, out)
     return Launched.from_compiled(out, compiled, level)
