@@ -34,15 +34,23 @@ def space_to_depth(x, stride, padding, hf, wf, cf):
 
 
 @pytest.mark.parametrize("precision", ["tf32", "ieee"])
-@pytest.mark.parametrize("shape,stride,padding", [((2, 3, 23, 19), (4, 4), (2, 2)), ((1, 5, 9, 12), (2, 3), (1, 0)),
-                                                  ((1, 4, 7, 7), (1, 1), (3, 1))])
-def test_the_fold_is_space_to_depth_with_the_padding_and_tf32_rounding(shape, stride, padding, precision):
+@pytest.mark.parametrize("shape,stride,padding,tiled", [
+    ((2, 3, 23, 19), (4, 4), (2, 2), True),  # L1 #50's kind: CF 48 = 4 (3 channels and a zero one) · 16
+    ((1, 5, 9, 12), (2, 3), (1, 0), False),  # a stride of 3: the elementwise fold
+    ((1, 4, 7, 7), (1, 1), (3, 1), True),
+    ((1, 1, 6, 9), (1, 2), (0, 1), True),  # CF 4 from 2 channels (c, s): the zero channels past them come from CP
+    ((1, 33, 5, 150), (2, 2), (1, 1), True),  # CP 64 · 4 = 256 channels a position: WF 76 in blocks of 16 (WB)
+])
+def test_the_fold_is_space_to_depth_with_the_padding_and_tf32_rounding(shape, stride, padding, precision, tiled):
     x = torch.randn(shape)
     w = torch.randn(6, shape[1], 5, 3)
     g = geometry(x, w, stride, padding, 1)
     plan = fi.make_plan(g, False, Meta(16, 16, 16, 4, 2), precision)
     n, hf, wf, cf = plan.folded_shape
     assert cf % 4 == 0 and cf >= shape[1] * stride[0] * stride[1]
+    assert ("WB" in plan.fold_constexprs) == tiled
+    if tiled and shape[1] == 33:
+        assert plan.fold_constexprs["CP"] == 64 and plan.fold_constexprs["WB"] < wf  # more than one block a row
     want = space_to_depth(x, stride, padding, hf, wf, cf)
     want = round_to_tf32(want) if precision == "tf32" else want
     for laid_out in (x, x.contiguous(memory_format=torch.channels_last)):
@@ -131,3 +139,19 @@ def test_the_one_image_check_runs_the_plans_binary_on_a_batch_of_one(out_cl):
     plan = fi.make_plan(geometry(x, w, 4, 2, 1), True, Meta(32, 128, 32, 4, 2), "tf32", out_cl)
     assert plan.rows % 16 == 0 and plan.constexprs["SPLIT"]
     assert fi._right_at("O3", plan, w, b, out)
+
+
+def test_a_pin_naming_fold_igemm_for_a_dilated_call_is_refused_in_one_line_that_names_the_pin(tmp_path, monkeypatch):
+    """promote never pins fold_igemm to a dilated call (it refuses them), but a pins file written by hand can: the call
+    fails with the kernel's reason and the pin it came from, and nothing runs."""
+    f = tmp_path / "pins.yaml"
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    key = "n1-c3-h12-w12-k4-r3x3-s2x2-p0x0-d2x1-g1-nobias-nchw-float32/tf32"
+    pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fold_igemm", Meta(16, 16, 16, 4, 2)), {})
+    functional.forget_choices()
+    with pytest.raises(UnsupportedProblem) as e:
+        convtune.conv2d(torch.rand(1, 3, 12, 12), torch.rand(4, 3, 3, 3), None, stride=2, dilation=(2, 1))
+    assert str(e.value) == (f"fold_igemm takes dilation 1 only, got [2, 1]: the kernel of pin interpreter / implicit_gemm / "
+                            f"{key} in {f}; pin this call to another kernel or to torch")
+    assert not functional._plans
+    functional.forget_choices()

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -144,39 +145,57 @@ def test_export_takes_the_kernel_kernel_library_resolves_to_and_refuses_others_i
     assert run_export(compose(*common, "kernel=library", "problem.layout=channels_last", "problem.in_channels=16",
                               f"export_path={tmp_path / 'b.py'}")) == 1
     assert capsys.readouterr().out.strip() == ("error: kernel='library' (runs nhwc_igemm for this problem) is not "
-                                               "exportable: 'implicit_gemm'")
+                                               "exportable: 'implicit_gemm', 'fold_igemm'")
     assert run_export(compose(*common, "kernel=nhwc_igemm", f"export_path={tmp_path / 'c.py'}")) == 1
-    assert capsys.readouterr().out.strip() == "error: kernel='nhwc_igemm' is not exportable: 'implicit_gemm'"
-    assert not (tmp_path / "b.py").exists() and not (tmp_path / "c.py").exists()
+    assert capsys.readouterr().out.strip() == "error: kernel='nhwc_igemm' is not exportable: 'implicit_gemm', 'fold_igemm'"
+    assert run_export(compose(*common, "kernel=fold_igemm", "problem.dilation=[2,1]",
+                              f"export_path={tmp_path / 'd.py'}")) == 1
+    assert capsys.readouterr().out.strip() == "error: fold_igemm takes dilation 1 only, got [2, 1]: nothing exported"
+    assert not any((tmp_path / f).exists() for f in ("b.py", "c.py", "d.py"))
 
 
-def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store, pins_file):
+# Runs an exported file in a fresh interpreter process: ModelNew on the CPU falls back to its nn.Conv2d, and
+# conv2d_triton (Triton's interpreter) must equal the exact result of operands rounded to nearest TF32 (cuDNN's rule).
+EXPORTED_FILE_CHECK = (
+    "import importlib.util, sys, torch, torch.nn.functional as F\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "model = m.ModelNew(); ref = torch.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1))\n"
+    "model.conv1.load_state_dict(ref.state_dict())\n"
+    "x = torch.rand(2, 3, 19, 17)\n"
+    "torch.testing.assert_close(model(x), ref(x))\n"  # CPU: the brief's fallback to self.conv1
+    "r = lambda t: ((t.detach().view(torch.int32) + 0x1000) & -8192).view(torch.float32).double()\n"
+    "want = F.conv2d(r(x), r(ref.weight), ref.bias.detach().double(), (2, 1), (2, 1)).float()\n"
+    "layouts = (torch.contiguous_format, torch.channels_last)[:len(sys.argv) - 1]\n"  # argv[2]: channels_last too
+    "for xi in (x.contiguous(memory_format=f) for f in layouts):\n"
+    "    y = m.conv2d_triton(xi, ref.weight.detach(), ref.bias.detach())\n"  # the Triton kernels (interpreter)
+    "    torch.testing.assert_close(y, want, rtol=1e-6, atol=1e-6)\n"
+    "print('ok')\n")
+
+
+def run_exported(path: Path, cwd: Path, channels_last: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "-c", EXPORTED_FILE_CHECK, str(path)] + ["cl"] * channels_last, cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("kernel,pinned", [
+    ("implicit_gemm", "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 16, 16, 16, 4, 2"),
+    ("fold_igemm", "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 64, 32, 4, 4"),
+])
+def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store, pins_file, kernel, pinned):
     out = tmp_path / "model_new.py"
     assert run_export(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}", "export=kernelbench",
-                              f"export_path={out}")) == 0
-    assert "not checked: no GPU here" in capsys.readouterr().out
+                              f"kernel={kernel}", f"export_path={out}")) == 0
+    printed = capsys.readouterr().out
+    assert f"tiny, {kernel} " in printed and "not checked: no GPU here" in printed
     text = out.read_text()
     assert text.startswith("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
-    assert "@triton.jit" in text and "class ModelNew(nn.Module)" in text and "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 16, 16, 16, 4, 2" in text
+    assert "@triton.jit" in text and "class ModelNew(nn.Module)" in text and pinned in text
     for banned in ("if __name__", "get_inputs", "get_init_inputs", "convtune", "autotune"):
         assert banned not in text
-    check = (
-        "import importlib.util, torch, torch.nn.functional as F\n"
-        f"spec = importlib.util.spec_from_file_location('m', {str(out)!r}); m = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(m)\n"
-        "model = m.ModelNew(); ref = torch.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1))\n"
-        "model.conv1.load_state_dict(ref.state_dict())\n"
-        "x = torch.rand(2, 3, 19, 17)\n"
-        "torch.testing.assert_close(model(x), ref(x))\n"  # CPU: the brief's fallback to self.conv1
-        "y = m.conv2d_triton(x, ref.weight.detach(), ref.bias.detach())\n"  # the Triton kernel (interpreter)
-        # tf32: operands rounded to nearest TF32 (cuDNN's rounding), exact sums in the interpreter
-        "r = lambda t: ((t.detach().view(torch.int32) + 0x1000) & -8192).view(torch.float32).double()\n"
-        "want = F.conv2d(r(x), r(ref.weight), ref.bias.detach().double(), (2, 1), (2, 1)).float()\n"
-        "torch.testing.assert_close(y, want, rtol=1e-6, atol=1e-6)\n"
-        "print('ok')\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}
-    env["TRITON_INTERPRET"] = "1"
-    r = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run_exported(out, tmp_path, channels_last=kernel == "fold_igemm")  # implicit_gemm's wrapper takes NCHW
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

@@ -97,18 +97,28 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     _check(x, weight, bias, groups)
     g = geometry(x, weight, stride, padding, dilation)
-    value, _ = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
+    value, source = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
     if value == pins.TORCH:
         return pins.TORCH
-    out_cl = layout == "channels_last"
-    if value.kernel == "fold_igemm":  # type: ignore[union-attr]
-        return fold.make_plan(g, bias is not None, value.meta, precision, out_cl)  # type: ignore[union-attr]
-    if value.kernel in CHANNELS_LAST_KERNELS:  # type: ignore[union-attr]
-        return nhwc.make_plan(g, bias is not None, value.meta, precision, out_cl,  # type: ignore[union-attr]
-                              input_rounded=CHANNELS_LAST_KERNELS[value.kernel])  # type: ignore[union-attr]
+    try:
+        return _kernel_plan(x, g, bias is not None, value, precision, layout == "channels_last")  # type: ignore[arg-type]
+    except UnsupportedProblem as e:  # promote never pins a kernel to a call it refuses: a hand-written or foreign pin
+        if not source.startswith(("pin ", "nearest pin ")):
+            raise
+        raise UnsupportedProblem(f"{e}: the kernel of {source} in {pins.default_path()}; pin this call to another "
+                                 "kernel or to torch") from e
+
+
+def _kernel_plan(x: torch.Tensor, g: Any, has_bias: bool, value: pins.KernelPin, precision: str,
+                 out_cl: bool) -> Plan:
+    if value.kernel == "fold_igemm":
+        return fold.make_plan(g, has_bias, value.meta, precision, out_cl)
+    if value.kernel in CHANNELS_LAST_KERNELS:
+        return nhwc.make_plan(g, has_bias, value.meta, precision, out_cl,
+                              input_rounded=CHANNELS_LAST_KERNELS[value.kernel])
     # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as _run makes it
     vec = ig.choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
-    return ig.make_plan(g, bias is not None, vec, value.meta, precision, out_cl)  # type: ignore[union-attr]
+    return ig.make_plan(g, has_bias, vec, value.meta, precision, out_cl)
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int) -> None:

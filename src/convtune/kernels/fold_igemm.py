@@ -15,13 +15,13 @@ every WF, are computed and not stored). Where the output channels fill three qua
 96 of 128), the tile is split into BLOCK_N/2 + BLOCK_N/4 columns, two MMAs sharing each A tile, so that no MMA runs
 on zero weights.
 
-Measured on the H200 (benchmarks/probe_fold_rows.py, probe_fold_tma.py, probe_fold_library.py; docs/evidence/
-h200_issue13_fold_*.txt), L1 #50, fold + convolution in one call: 0.422 ms at M128-N64+32-K32-w4-s4 (the convolution
-0.326, the fold 0.101; probe_fold_library.py), where probe_fold_tma.py's run timed implicit_gemm at its pin at
-0.526 ms and cuDNN at 2.10. In the probes: the masked-load
-version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent grids (one or two programs
-per SM, with and without flattened loops) 0.49-1.06. Not yet: fusing the fold into the kernel (its 0.08-0.10 ms, a
-fifth of the call), and the probe's fold is still 0.02 ms faster than this one (one flat int64 index, 0.082 ms).
+Measured on the H200 (benchmarks/probe_fold_rows.py, probe_fold_tma.py, probe_fold_library.py, probe_fold_overlap.py;
+docs/evidence/h200_issue13_fold_*.txt), L1 #50, fold + convolution in one call: 0.398 ms at M128-N64+32-K32-w4-s4 (the
+convolution 0.32, the tiled fold 0.080; session 15), where implicit_gemm at its pin took 0.526 ms and cuDNN 2.10. In the
+probes: the masked-load version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent
+grids (one or two programs per SM, with and without flattened loops) 0.49-1.06; the batch in chunks with the folds on a
+second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (session 15): the convolution is latency-bound at 8 warps an SM
+(tensor pipe 50 %). Not yet: fusing the fold into the kernel.
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, 
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
-FOLD_BLOCK = 1024  # folded elements per program of the fold (a memory-bound copy: 3.8 TB/s on L1 #50; not tuned)
+FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (strides not a power of two; not tuned)
+# Folded elements per program of the tiled fold (_fold_rows_kernel), 8 warps: L1 #50's fold 0.080 ms against 0.100 for
+# the elementwise one, which NCU found ALU-bound on its index arithmetic (89 % of the SM's ALU, DRAM 61 %;
+# benchmarks/probe_fold_overlap.py, docs/evidence/h200_issue13_fold_overlap.txt). The tile size was not tuned.
+FOLD_TILE = 4096
 
 
 @triton.jit
@@ -72,6 +76,47 @@ def _fold_kernel(x_ptr, y_ptr,
     if ROUND:  # to nearest TF32 as cuDNN does; the weights were rounded when packed
         v = round_tf32(v)
     tl.store(y_ptr + img * (HF * WF * CF) + o, v, mask=inside)
+
+
+@triton.jit
+def _fold_rows_kernel(x_ptr, y_ptr,
+                      C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, IN_CL: tl.constexpr, SH: tl.constexpr,
+                      SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, HF: tl.constexpr, WF: tl.constexpr,
+                      CF: tl.constexpr, ROUND: tl.constexpr, CP: tl.constexpr, WB: tl.constexpr):
+    """_fold_kernel's result, a tile at a time: program (i, image) folds WB positions of folded row hf. It loads the
+    input it needs as that lies in memory (NCHW: [CP·SH rows, WB·SW columns]; channels_last: [SH rows, WB·SW
+    columns, CP channels]), contiguous along the input's fastest axis, and permutes it in registers to [WB, CP·SH·SW]
+    before storing. CP: enough channels, a power of two, that CP·SH·SW ≥ CF (the channels past C are loaded as zeros);
+    SH and SW must be powers of two."""
+    NWB: tl.constexpr = (WF + WB - 1) // WB
+    hf = tl.program_id(0) // NWB
+    wf0 = (tl.program_id(0) % NWB) * WB
+    img = tl.program_id(1).to(tl.int64)
+    x_img = x_ptr + img * (C * H * W)
+    if IN_CL:
+        r = tl.arange(0, SH)[:, None, None]
+        col = tl.arange(0, WB * SW)[None, :, None]
+        c = tl.arange(0, CP)[None, None, :]
+        ih = hf * SH + r - PH
+        iw = wf0 * SW + col - PW
+        keep = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (wf0 + col // SW < WF) & (c < C)
+        v = tl.load(x_img + (ih * W + iw) * C + c, mask=keep, other=0.0)
+        v = tl.permute(tl.reshape(v, (SH, WB, SW, CP)), (1, 3, 0, 2))  # (wf, c, r, s)
+    else:
+        row = tl.arange(0, CP * SH)[:, None]  # (c, r)
+        col = tl.arange(0, WB * SW)[None, :]  # (wf, s)
+        c = row // SH
+        ih = hf * SH + row % SH - PH
+        iw = wf0 * SW + col - PW
+        keep = (c < C) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (wf0 + col // SW < WF)
+        v = tl.load(x_img + (c * H + ih) * W + iw, mask=keep, other=0.0)
+        v = tl.permute(tl.reshape(v, (CP * SH, WB, SW)), (1, 0, 2))  # (wf, (c, r), s)
+    v = tl.reshape(v, (WB, CP * SH * SW))
+    if ROUND:
+        v = round_tf32(v)
+    wf = wf0 + tl.arange(0, WB)[:, None]
+    ch = tl.arange(0, CP * SH * SW)[None, :]
+    tl.store(y_ptr + img * (HF * WF * CF) + (hf * WF + wf) * CF + ch, v, mask=(wf < WF) & (ch < CF))
 
 
 @triton.jit
@@ -177,7 +222,9 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     row_pad = -(-kwf * cf // meta.BLOCK_K) * meta.BLOCK_K
     rounds = rounds_operands(precision)
     fold_cx = dict(C=g.c, H=g.h, W=g.w, SH=sh, SW=sw, PH=g.padding[0], PW=g.padding[1], HF=hf, WF=wf, CF=cf,
-                   ROUND=rounds, BLOCK=FOLD_BLOCK)
+                   ROUND=rounds)
+    tiling = fold_tiling(cf, g.stride, wf)
+    fold_cx.update(dict(zip(("CP", "WB"), tiling)) if tiling else {"BLOCK": FOLD_BLOCK})
     split = split_columns(g.c_out, meta.BLOCK_N)
     cx = dict(HF=hf, WF=wf, OH=g.oh, OW=g.ow, C_OUT=g.c_out, KHF=khf, ROW_PAD=row_pad, HAS_BIAS=has_bias,
               PRECISION=dot_precision(precision), OUT_CL=out_cl, SPLIT=split, BLOCK_M=meta.BLOCK_M,
@@ -186,6 +233,19 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     grid = (g.n * triton.cdiv(g.oh * wf, meta.BLOCK_M) * triton.cdiv(g.c_out, columns),)
     return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), (g.n, hf, wf, cf), folded_rows(g.n * hf * wf), (khf, kwf),
                       g.stride, row_pad, rounds, out_cl, fold_cx, cx, tuple(sorted(cx.items())))
+
+
+def fold_tiling(cf: int, stride: tuple[int, int], wf: int) -> Optional[tuple[int, int]]:
+    """(CP, WB) for the tiled fold, _fold_rows_kernel: channels a position loads (a power of two, CP·SH·SW ≥ CF) and
+    positions a program folds; None where it does not apply (a stride that is not a power of two, or more than
+    FOLD_TILE channels a position), and the elementwise _fold_kernel runs."""
+    sh, sw = stride
+    if sh & (sh - 1) or sw & (sw - 1):
+        return None
+    cp = triton.next_power_of_2(-(-cf // (sh * sw)))
+    if cp * sh * sw > FOLD_TILE:
+        return None
+    return cp, min(triton.next_power_of_2(wf), FOLD_TILE // (cp * sh * sw))
 
 
 def folded_rows(positions: int) -> int:
@@ -204,15 +264,19 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     x = x if in_cl else x.contiguous()
     n, hf, wf, cf = plan.folded_shape
     y = torch.empty((plan.rows + plan.taps[1] - 1) * cf, device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(hf * wf * cf, FOLD_BLOCK), n)
-    key = ("fold", grid, tuple(sorted(plan.fold_constexprs.items())), in_cl, x.get_device(), x.data_ptr() & 15)
+    cx = plan.fold_constexprs
+    if "WB" in cx:  # the tiled fold (fold_tiling)
+        kernel, grid, warps = _fold_rows_kernel, (hf * triton.cdiv(wf, cx["WB"]), n), 8
+    else:
+        kernel, grid, warps = _fold_kernel, (triton.cdiv(hf * wf * cf, FOLD_BLOCK), n), 4
+    key = ("fold", grid, tuple(sorted(cx.items())), in_cl, x.get_device(), x.data_ptr() & 15)
     bound = _bound.get(key)
     if bound is not None:
         bound(x, y)
         return y
-    compiled = _fold_kernel[grid](x, y, IN_CL=in_cl, **plan.fold_constexprs, num_warps=4)
+    compiled = kernel[grid](x, y, IN_CL=in_cl, **cx, num_warps=warps)
     if x.is_cuda:
-        bound = bound_runner(compiled, grid, _fold_kernel, 2, {"IN_CL": in_cl, **plan.fold_constexprs})
+        bound = bound_runner(compiled, grid, kernel, 2, {"IN_CL": in_cl, **cx})
         if bound is not None:
             _bound[key] = bound
     return y
@@ -221,18 +285,23 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 _packed = WeightCache()  # the folded, packed weight, until the weight changes
 
 
-def pack_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
-    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD]: kernel row a of the folded weight is its KWF taps × CF channels
-    (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row of the
-    folded input lies in memory, then zeros to ROW_PAD; rounded to nearest TF32 where the plan's input is."""
+def fold_weight(weight: torch.Tensor, stride: tuple[int, int], taps: tuple[int, int], cf: int,
+                row_pad: int) -> torch.Tensor:
+    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD] fp32: kernel row a of the folded weight is its KWF taps × CF
+    channels (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row
+    of the folded input lies in memory, then zeros to ROW_PAD. Plain torch: the KernelBench export copies it."""
     c_out, c, kh, kw = weight.shape
-    sh, sw = plan.stride
-    khf, kwf = plan.taps
-    cf = plan.folded_shape[3]
+    sh, sw = stride
+    khf, kwf = taps
     w = torch.nn.functional.pad(weight.detach().float(), (0, kwf * sw - kw, 0, khf * sh - kh))
     w = w.reshape(c_out, c, khf, sh, kwf, sw).permute(0, 2, 4, 1, 3, 5).reshape(c_out, khf, kwf, c * sh * sw)
     w = torch.nn.functional.pad(w, (0, cf - c * sh * sw)).reshape(c_out, khf, kwf * cf)
-    w = torch.nn.functional.pad(w, (0, plan.row_pad - kwf * cf)).reshape(c_out, khf * plan.row_pad).contiguous()
+    return torch.nn.functional.pad(w, (0, row_pad - kwf * cf)).reshape(c_out, khf * row_pad).contiguous()
+
+
+def pack_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """The plan's folded weight (fold_weight), rounded to nearest TF32 where the plan's input is."""
+    w = fold_weight(weight, plan.stride, plan.taps, plan.folded_shape[3], plan.row_pad)
     return round_to_tf32(w) if plan.round_tf32 else w
 
 
@@ -358,6 +427,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=4)
 
 
-SOURCE_HASH = source_hash(_fold_kernel, _conv2d_fold_kernel, _store, round_tf32, round_to_tf32, folded_channels,
-                          split_columns, make_plan, folded_rows, fold, pack_weight, _descriptors, _launch, run, bound_runner,
-                          _checked_plan, launch, prepared, default_meta)
+SOURCE_HASH = source_hash(_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel, _store, round_tf32, round_to_tf32,
+                          folded_channels, split_columns, make_plan, fold_tiling, folded_rows, fold, fold_weight,
+                          pack_weight, _descriptors, _launch, run, bound_runner, _checked_plan, launch, prepared,
+                          default_meta)
