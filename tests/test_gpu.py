@@ -192,6 +192,12 @@ def test_our_nchw_to_channels_last_copy_equals_torchs_on_the_gpu():
     _script_says_ok("tests/gpu_scripts/layout_copy.py")
 
 
+def test_the_compiled_tf32_roundings_give_the_host_roundings_bits():
+    """tests/gpu_scripts/rounding.py: PTX's cvt.rn.tf32.f32 (the nhwc kernels' ties to even where compiled), its integer
+    twin and the ties-away rounding, compiled, equal the host roundings bit for bit on 4M random floats and edges."""
+    _script_says_ok("tests/gpu_scripts/rounding.py")
+
+
 def test_the_bound_nhwc_launches_give_the_dispatched_calls_bits_on_the_gpu():
     """tests/gpu_scripts/bound_nhwc.py: after a binary's first (Triton-dispatched) call, nhwc_igemm.run and the layout
     copies launch it past the dispatch (kernels.common.bound_runner); on random shapes, layouts, precisions and both

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from convtune.config import TOLERANCE
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import VARIANTS, Meta, get_variant
-from convtune.kernels.precision import round_tf32, round_to_tf32
+from convtune.kernels.precision import host_rounding, round_tf32, round_tf32_even, round_to_tf32, round_to_tf32_even
 
 seed = get_variant("seed")
 
@@ -171,21 +171,41 @@ def test_round_to_tf32_is_nearest_with_ties_away_from_zero():
     assert round_to_tf32(x).tolist() == [1 + one_ulp, -(1 + one_ulp), 1.0, 1 + 2 * one_ulp, 3.0, 0.0]
 
 
-def test_in_kernel_rounding_equals_the_host_rounding():
+def test_round_to_tf32_even_breaks_ties_to_even_and_rounds_the_rest_to_nearest():
+    one_ulp = 2.0 ** -10
+    x = torch.tensor([1 + one_ulp / 2, -(1 + one_ulp / 2), 1 + 3 * one_ulp / 2, -(1 + 3 * one_ulp / 2),
+                      1 + one_ulp / 2 + 2.0 ** -23, 1 + one_ulp / 2 - 2.0 ** -23, 3.0, 0.0])
+    assert round_to_tf32_even(x).tolist() == [1.0, -1.0, 1 + 2 * one_ulp, -(1 + 2 * one_ulp), 1 + one_ulp, 1.0, 3.0, 0.0]
+    assert host_rounding("even") is round_to_tf32_even and host_rounding("away") is round_to_tf32
+    with pytest.raises(ValueError, match="ties='up'"):
+        host_rounding("up")
+
+
+def with_ties(t: torch.Tensor, every: int = 5) -> torch.Tensor:
+    """`t` with every `every`-th element moved to a TF32 rounding tie (its 13 low mantissa bits 0x1000), so that the
+    way ties are broken shows in a result (random data has one tie in 8192)."""
+    bits = t.contiguous().view(torch.int32).clone()
+    flat = bits.view(-1)
+    flat[::every] = (flat[::every] & -8192) | 0x1000
+    return bits.view(torch.float32)
+
+
+@pytest.mark.parametrize("jitted,host", [(round_tf32, round_to_tf32), (round_tf32_even, round_to_tf32_even)])
+def test_in_kernel_rounding_equals_the_host_rounding(jitted, host):
     import triton
     import triton.language as tl
 
     @triton.jit
-    def k(x_ptr, y_ptr, N: tl.constexpr):
+    def k(x_ptr, y_ptr, N: tl.constexpr, FN: tl.constexpr):
         offs = tl.arange(0, N)
-        tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs)))
+        tl.store(y_ptr + offs, FN(tl.load(x_ptr + offs)))
 
     bits = torch.randint(-2**31, 2**31 - 1, (4096,), dtype=torch.int64, generator=torch.Generator().manual_seed(1))
     x = bits.to(torch.int32).view(torch.float32)
-    x = torch.where(torch.isfinite(x), x, torch.ones_like(x))
+    x = with_ties(torch.where(torch.isfinite(x), x, torch.ones_like(x)), every=3)
     y = torch.empty_like(x)
-    k[(1,)](x, y, N=4096)
-    assert torch.equal(y.view(torch.int32), round_to_tf32(x).view(torch.int32))
+    k[(1,)](x, y, N=4096, FN=jitted)
+    assert torch.equal(y.view(torch.int32), host(x).view(torch.int32))
 
 
 @pytest.mark.parametrize("kw,pad_w,vec", [(11, 2, 4), (7, 3, 2), (5, 0, 4), (3, 1, 1), (1, 0, 4), (4, 5, 2)])
@@ -214,18 +234,24 @@ def test_a_row_that_does_not_fit_its_window_is_refused():
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_tf32_rounds_both_operands_to_nearest_as_cudnn_does(name):
-    """The interpreter's dot is exact fp32, so `tf32` output must be the conv of the rounded operands, and
-    `tf32_trunc` (rounding nothing here) the conv of the originals: the rounding shows, operand by operand."""
+    """The interpreter's dot is exact fp32, so `tf32` output must be the conv of the operands rounded by the variant's
+    rule (ties away from zero, or to even for the nhwc kernels: cuDNN's rule for the layers each serves), and
+    `tf32_trunc` (rounding nothing here) the conv of the originals: the rounding and its ties show, operand by
+    operand (a fifth of the operands sit on a tie)."""
     g = torch.Generator().manual_seed(3)
-    x, w = torch.rand(2, 5, 12, 16, generator=g), torch.rand(7, 5, 3, 4, generator=g) - 0.5  # width, stride 4: VEC=4
+    x, w = torch.rand(2, 8, 12, 16, generator=g), torch.rand(7, 8, 3, 4, generator=g) - 0.5  # width, stride 4: VEC=4
+    x, w = with_ties(x), with_ties(w, every=7)
     args = ((2, 4), (1, 2), 1)
+    rule = get_variant(name).tf32_ties
+    rounding, other = host_rounding(rule), host_rounding("away" if rule == "even" else "even")
     exact = F.conv2d(x.double(), w.double(), None, *args)
-    rounded = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None, *args)
-    half_rounded = F.conv2d(round_to_tf32(x).double(), w.double(), None, *args)  # as if the weights were missed
+    rounded = F.conv2d(rounding(x).double(), rounding(w).double(), None, *args)
+    half_rounded = F.conv2d(rounding(x).double(), w.double(), None, *args)  # as if the weights were missed
+    other_ties = F.conv2d(other(x).double(), other(w).double(), None, *args)
     meta = Meta(16, 16, 16, 4, 2)
     got = get_variant(name).launch(x, w, None, *args, meta, "tf32").out.double()
     trunc = get_variant(name).launch(x, w, None, *args, meta, "tf32_trunc").out.double()
-    assert (got - rounded).abs().max() < 1e-5 < (half_rounded - rounded).abs().max()
+    assert (got - rounded).abs().max() < 1e-5 < min((half_rounded - rounded).abs().max(), (other_ties - rounded).abs().max())
     assert (trunc - exact).abs().max() < 1e-5 < (rounded - exact).abs().max()
 
 
@@ -251,8 +277,8 @@ def test_our_nchw_to_channels_last_copy_is_torchs_bit_for_bit(shape, tile):
 def test_the_copy_that_rounds_gives_the_host_roundings_bits_in_channels_last(shape):
     from convtune.kernels.layout import rounded_tf32, to_channels_last
 
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))) * 1e3
-    want = round_to_tf32(x).contiguous(memory_format=torch.channels_last)
+    x = with_ties(torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))) * 1e3)
+    want = round_to_tf32_even(x).contiguous(memory_format=torch.channels_last)  # the nhwc kernels' ties (TF32_TIES)
     y = to_channels_last(x, round_to_nearest_tf32=True)
     assert torch.equal(y, want) and y.stride() == want.stride() and not torch.equal(y, x)
     cl = x.contiguous(memory_format=torch.channels_last)
@@ -261,7 +287,7 @@ def test_the_copy_that_rounds_gives_the_host_roundings_bits_in_channels_last(sha
     assert torch.equal(cl, x)  # the input is left as it was
     for laid_out in (x, cl, x.transpose(2, 3)):  # dense in two orders (the pass), and strided (the host rounding)
         got = rounded_tf32(laid_out)
-        assert torch.equal(got, round_to_tf32(laid_out))
+        assert torch.equal(got, round_to_tf32_even(laid_out))
         if laid_out.is_contiguous() or laid_out.is_contiguous(memory_format=torch.channels_last):
             assert got.stride() == laid_out.stride()
 

@@ -16,12 +16,14 @@ from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.measure.occupancy import HOPPER, occupancy, warps_to_try
 
-def tf32_conv(x, w, b, stride, padding):
-    """What convtune.conv2d computes at torch's default (TF32 on): operands rounded to nearest TF32, exact sums."""
-    from convtune.kernels.precision import round_to_tf32
+def tf32_conv(x, w, b, stride, padding, ties="away"):
+    """What convtune.conv2d computes at torch's default (TF32 on): operands rounded to nearest TF32 with ties broken as
+    the kernel breaks them (its TF32_TIES: away for implicit_gemm and fold_igemm, even for the nhwc kernels), exact
+    sums."""
+    from convtune.kernels.precision import host_rounding
 
-    return F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None if b is None else b.double(),
-                    stride, padding).float()
+    r = host_rounding(ties)
+    return F.conv2d(r(x).double(), r(w).double(), None if b is None else b.double(), stride, padding).float()
 
 
 KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"
@@ -283,7 +285,8 @@ def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(t
             assert plan.constexprs["ROUND_A"] is (kernel == "nhwc_igemm")  # who rounds: the kernel, or the copy
         assert torch.equal(outs["nhwc_preround"], outs["nhwc_igemm"]) and outs["nhwc_preround"].is_contiguous(
             memory_format=layout)
-        torch.testing.assert_close(outs["nhwc_preround"], tf32_conv(inp, w, b, 1, 1), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(outs["nhwc_preround"], tf32_conv(inp, w, b, 1, 1, nhwc.TF32_TIES), rtol=1e-5,
+                                   atol=1e-5)
         assert torch.equal(inp, before) and inp.stride() == before.stride()
     functional.forget_choices()
 

@@ -212,13 +212,16 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
 
 def _against_rounding_rule(out: Any, p: Any, x: Any, w: Any, b: Any, case: Case) -> dict[str, Any]:
     """For a `tf32` output that misses torch's by KernelBench's allclose: which of the two computes what cuDNN's
-    rounding rule predicts (operands rounded to nearest TF32, products summed exactly)?"""
+    rounding rule predicts (operands rounded to nearest TF32, ties broken as the variant breaks them, products
+    summed exactly)?"""
     import torch.nn.functional as F
 
+    from convtune.kernels import get_variant
+    from convtune.kernels.precision import host_rounding
     from convtune.measure.correctness import torch_output
-    from convtune.kernels.precision import round_to_tf32
 
-    exact = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None if b is None else b.double(),
+    rounding = host_rounding(get_variant(case.variant).tf32_ties)
+    exact = F.conv2d(rounding(x).double(), rounding(w).double(), None if b is None else b.double(),
                      p.stride, p.padding, p.dilation)
     theirs, _ = torch_output(p, x, w, b, case.precision)
     return follows_rounding_rule(out, theirs, exact)

@@ -26,21 +26,22 @@ class KernelVariant:
     launch: Callable[..., Launched]
     default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
     source_hash: str
+    tf32_ties: str  # how `tf32` breaks rounding ties ("away" or "even": kernels/precision.py)
     # launch's arguments → a call that launches with everything checked and planned once, as the library's call
     # does after a signature's first (convtune.functional); None where the library does not run the variant
     prepared: Optional[Callable[..., Callable[[], Any]]] = None
 
 
 VARIANTS: dict[str, KernelVariant] = {
-    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH),
+    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH, seed.TF32_TIES),
     "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
-                                   implicit_gemm.SOURCE_HASH, implicit_gemm.prepared),
+                                   implicit_gemm.SOURCE_HASH, implicit_gemm.TF32_TIES, implicit_gemm.prepared),
     "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH,
-                                nhwc_igemm.prepared),
+                                nhwc_igemm.TF32_TIES, nhwc_igemm.prepared),
     "nhwc_preround": KernelVariant("nhwc_preround", nhwc_igemm.launch_preround, nhwc_igemm.default_meta_preround,
-                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.prepared_preround),
+                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround),
     "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
-                                fold_igemm.prepared),
+                                fold_igemm.TF32_TIES, fold_igemm.prepared),
 }
 
 

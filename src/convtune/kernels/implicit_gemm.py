@@ -31,6 +31,9 @@ from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32,
 
 IntPair = Union[int, Sequence[int]]
 
+# How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50's kind,
+# strided over few channels: kernels/precision.py)
+TF32_TIES = "away"
 
 @triton.jit
 def _conv2d_igemm_kernel(

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import bound_runner, source_hash
-from convtune.kernels.precision import round_tf32, round_to_tf32
+from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
 
 # Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py, 16 tiles of 32-128 channels ×
 # 32-128 positions × 4/8 warps; docs/evidence/h200_issue13_layout_copy.txt): 64 × 64 with 4 warps moved the
@@ -43,7 +43,7 @@ def _nchw_to_nhwc_kernel(x_ptr, y_ptr, C, HW, tiles_p, BLOCK_C: tl.constexpr, BL
     mask = (offs_c[:, None] < C) & (offs_p[None, :] < HW)
     tile = tl.load(x_ptr + base + offs_c[:, None] * HW + offs_p[None, :], mask=mask)  # [C, P], P contiguous
     if ROUND:  # to nearest TF32, so that the kernel reading the copy need not round its tiles
-        tile = round_tf32(tile)
+        tile = round_tf32_even(tile)
     tl.store(y_ptr + base + offs_p[:, None] * C + offs_c[None, :], tl.trans(tile), mask=tl.trans(mask))
 
 
@@ -52,7 +52,7 @@ def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLO
     """`x.contiguous(memory_format=torch.channels_last)`, with our copy where `x` is a 4-D NCHW-contiguous
     float32 tensor with MIN_CHANNELS or more channels that is not channels_last-contiguous already; torch's
     otherwise (few channels, other layouts, dtypes). The tile keywords are for benchmarks/probe_layout_copy.py.
-    `round_to_nearest_tf32`: the copy's values rounded to nearest TF32 (precision.round_to_tf32), always a new
+    `round_to_nearest_tf32`: the copy's values rounded to nearest TF32, ties to even (precision.round_to_tf32_even: the nhwc kernels' TF32_TIES), always a new
     tensor then."""
     if x.dim() != 4 or x.dtype is not torch.float32 or not x.is_contiguous() or x.shape[1] < MIN_CHANNELS or \
             x.is_contiguous(memory_format=torch.channels_last) or x.numel() == 0 or \
@@ -91,16 +91,16 @@ ROUND_BLOCK = 4096  # elements per program of the rounding pass (a memory-bound 
 def _round_tf32_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+    tl.store(y_ptr + offs, round_tf32_even(tl.load(x_ptr + offs, mask=mask)), mask=mask)
 
 
 def rounded_tf32(x: torch.Tensor) -> torch.Tensor:
-    """A copy of `x` in the same memory layout, its values rounded to nearest TF32 (as precision.round_to_tf32):
+    """A copy of `x` in the same memory layout, its values rounded to nearest TF32, ties to even (as precision.round_to_tf32_even):
     one pass over memory where `x` is a dense float32 tensor (contiguous in some dimension order), the host
     function otherwise."""
     dense = x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
     if x.dtype is not torch.float32 or not dense or x.numel() == 0:
-        return round_to_tf32(x)
+        return round_to_tf32_even(x)
     y = torch.empty_like(x)  # a dense tensor's strides are kept: the same element order in memory
     grid = (triton.cdiv(x.numel(), ROUND_BLOCK),)
     key = ("round", grid, x.numel(), x.get_device(), x.data_ptr() & 15, y.data_ptr() & 15)
@@ -116,4 +116,5 @@ def rounded_tf32(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last, _round_tf32_kernel, rounded_tf32, round_tf32, bound_runner)
+SOURCE_HASH = source_hash(_nchw_to_nhwc_kernel, to_channels_last, _round_tf32_kernel, rounded_tf32,
+                          round_tf32_even_bits, round_tf32_even_ptx, bound_runner)

@@ -23,6 +23,7 @@ from convtune.kernels.precision import dot_precision, round_tf32, rounds_operand
 
 IntPair = Union[int, Sequence[int]]
 
+TF32_TIES = "away"  # how `tf32` breaks rounding ties (kernels/precision.py)
 
 @triton.jit
 def _conv2d_seed_kernel(

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from convtune.measure import bench
-from convtune.kernels.precision import round_to_tf32, torch_uses_tf32
+from convtune.kernels.precision import cudnn_tf32_ties, host_rounding, torch_uses_tf32
 from convtune.problem import ConvProblem
 from convtune.record import Metric, Tag
 
@@ -52,9 +52,10 @@ def torch_output(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[t
             y = F.conv2d(x, w, b, p.stride, p.padding, p.dilation)
         return y, f"cuDNN {'TF32' if tf32 else 'fp32'} (torch {torch.__version__})"
     if tf32:
-        y = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None if b is None else b.double(),
-                     p.stride, p.padding, p.dilation)
-        return y.float(), "emulated cuDNN TF32 (operands rounded to nearest, float64 sum)"
+        ties = cudnn_tf32_ties(p.stride)
+        r = host_rounding(ties)
+        y = F.conv2d(r(x).double(), r(w).double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
+        return y.float(), f"emulated cuDNN TF32 (operands rounded to nearest, ties {ties}, float64 sum)"
     return F.conv2d(x, w, b, p.stride, p.padding, p.dilation), "torch CPU fp32"
 
 
