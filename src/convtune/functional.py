@@ -26,7 +26,6 @@ from convtune.kernels import fold_igemm as fold
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.kernels.common import check_conv_inputs, geometry, prepare
-from convtune.kernels.layout import to_channels_last
 from convtune.problem import ConvProblem
 
 # The kernels that read channels_last (a KernelPin's names for them) and whether each rounds the input to TF32 first
