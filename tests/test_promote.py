@@ -166,7 +166,7 @@ EXPORTED_FILE_CHECK = (
     "torch.testing.assert_close(model(x), ref(x))\n"  # CPU: the brief's fallback to self.conv1
     "r = lambda t: ((t.detach().view(torch.int32) + 0x1000) & -8192).view(torch.float32).double()\n"
     "want = F.conv2d(r(x), r(ref.weight), ref.bias.detach().double(), (2, 1), (2, 1)).float()\n"
-    "layouts = (torch.contiguous_format, torch.channels_last)[:len(sys.argv) - 1]\n"  # argv[2]: channels_last too
+    "layouts = (torch.contiguous_format,) + ((torch.channels_last,) if sys.argv[2:] == ['cl'] else ())\n"
     "for xi in (x.contiguous(memory_format=f) for f in layouts):\n"
     "    y = m.conv2d_triton(xi, ref.weight.detach(), ref.bias.detach())\n"  # the Triton kernels (interpreter)
     "    torch.testing.assert_close(y, want, rtol=1e-6, atol=1e-6)\n"

@@ -25,7 +25,7 @@ from convtune.kernels import library_choice, pins, torch_conv
 from convtune.kernels import fold_igemm as fold
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
-from convtune.kernels.common import check_conv_inputs, geometry, prepare
+from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
 
 # The kernels that read channels_last (a KernelPin's names for them) and whether each rounds the input to TF32 first
@@ -108,7 +108,7 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
                                  "kernel or to torch") from e
 
 
-def _kernel_plan(x: torch.Tensor, g: Any, has_bias: bool, value: pins.KernelPin, precision: str,
+def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.KernelPin, precision: str,
                  out_cl: bool) -> Plan:
     if value.kernel == "fold_igemm":
         return fold.make_plan(g, has_bias, value.meta, precision, out_cl)

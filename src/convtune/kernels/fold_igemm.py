@@ -46,9 +46,10 @@ FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (stride
 # benchmarks/probe_fold_overlap.py, docs/evidence/h200_issue13_fold_overlap.txt). The tile size was not tuned.
 FOLD_TILE = 4096
 
-# How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the ResNet-50 stem:
-# kernels/precision.py)
+# How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the
+# ResNet-50 stem: kernels/precision.py)
 TF32_TIES = "away"
+
 
 @triton.jit
 def _fold_kernel(x_ptr, y_ptr,

@@ -25,6 +25,7 @@ IntPair = Union[int, Sequence[int]]
 
 TF32_TIES = "away"  # how `tf32` breaks rounding ties (kernels/precision.py)
 
+
 @triton.jit
 def _conv2d_seed_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr,
