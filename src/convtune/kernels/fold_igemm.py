@@ -21,7 +21,10 @@ convolution 0.32, the tiled fold 0.080; session 15), where implicit_gemm at its 
 probes: the masked-load version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent
 grids (one or two programs per SM, with and without flattened loops) 0.49-1.06; the batch in chunks with the folds on a
 second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (session 15): the convolution is latency-bound at 8 warps an SM
-(tensor pipe 50 %). Not yet: fusing the fold into the kernel.
+(tensor pipe 50 %). Session 16 (docs/PERFORMANCE.md): Triton's automatic warp specialisation gave wrong results on this
+K loop; a Gluon version outside the library (benchmarks/probe_fold_gluon.py: the weight resident in shared memory, two
+MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. Not yet: that kernel in the library,
+fusing the fold into the kernel.
 """
 
 from __future__ import annotations
