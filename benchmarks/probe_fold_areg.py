@@ -76,12 +76,8 @@ def _tile(a_desc, w_desc, w2_desc, b_ptr, y_ptr, tile, HF: tl.constexpr, WF: tl.
     p = (q // WF) * OW + q % WF
     valid = (q < OH * WF) & (q % WF < OW)
     y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
-    offs = n0 + tl.arange(0, N1)
-    v = acc + tl.load(b_ptr + offs, mask=offs < C_OUT, other=0.0)[None, :]
-    tl.store(y_img + p[:, None] + offs[None, :] * OHW, v, mask=valid[:, None] & (offs < C_OUT)[None, :])
-    offs2 = n0 + N1 + tl.arange(0, N2)
-    v2 = acc2 + tl.load(b_ptr + offs2, mask=offs2 < C_OUT, other=0.0)[None, :]
-    tl.store(y_img + p[:, None] + offs2[None, :] * OHW, v2, mask=valid[:, None] & (offs2 < C_OUT)[None, :])
+    fi._store(acc, b_ptr, y_img, p, valid, n0 + tl.arange(0, N1), C_OUT, OHW, True, False)  # the library's epilogue
+    fi._store(acc2, b_ptr, y_img, p, valid, n0 + N1 + tl.arange(0, N2), C_OUT, OHW, True, False)
 
 
 @triton.jit

@@ -89,12 +89,8 @@ def _tile(a_desc, w_desc, w2_desc, at_desc, wt_desc, wt2_desc, b_ptr, y_ptr, til
     p = (q // WF) * OW + q % WF
     valid = (q < OH * WF) & (q % WF < OW)
     y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
-    offs = n0 + tl.arange(0, N1)
-    v = acc + tl.load(b_ptr + offs, mask=offs < C_OUT, other=0.0)[None, :]
-    tl.store(y_img + p[:, None] + offs[None, :] * OHW, v, mask=valid[:, None] & (offs < C_OUT)[None, :])
-    offs2 = n0 + N1 + tl.arange(0, N2)
-    v2 = acc2 + tl.load(b_ptr + offs2, mask=offs2 < C_OUT, other=0.0)[None, :]
-    tl.store(y_img + p[:, None] + offs2[None, :] * OHW, v2, mask=valid[:, None] & (offs2 < C_OUT)[None, :])
+    fi._store(acc, b_ptr, y_img, p, valid, n0 + tl.arange(0, N1), C_OUT, OHW, True, False)  # the library's epilogue
+    fi._store(acc2, b_ptr, y_img, p, valid, n0 + N1 + tl.arange(0, N2), C_OUT, OHW, True, False)
 
 
 @triton.jit
@@ -157,7 +153,6 @@ def main() -> None:
     xf = fi.fold(x, plan)
     packs = {tail: round_to_tf32(fi.fold_weight(w, plan.stride, plan.taps, cf, kwf * cf if tail else plan.row_pad))
              for tail in (False, True)}
-    tiles = n * triton.cdiv(plan.constexprs["OH"] * wf, 128) * 1  # one column tile of 64 + 32 covers the 96 channels
     n_sm = 132 if cpu else torch.cuda.get_device_properties(dev).multi_processor_count
 
     if not cpu:
@@ -222,8 +217,6 @@ def main() -> None:
             t(f"{name} M{bm}-w{nw}-s{ns} [{info}]", launch)
         except Exception as e:  # noqa: BLE001 - a variant that does not compile is a result here
             print(f"{name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-    if not cpu:
-        print("(tiles", tiles, "SMs", n_sm, ")")
 
 
 if __name__ == "__main__":
