@@ -230,6 +230,8 @@ def _conv_fused(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NWG: gl.constexpr
     for t in gl.static_range(KSTEPS):
         tma.async_copy_global_to_shared(w1_desc, [0, t * BK], wbar.index(0), w1_res.index(t))
         tma.async_copy_global_to_shared(w2_desc, [N1, t * BK], wbar.index(0), w2_res.index(t))
+    # The partitions' argument tuples are spelled out: built by tuple concatenation (args + (WHO,) + constexprs), the
+    # constexprs reach _rows as runtime values and its static_assert fails to compile (triton 3.6)
     if NWG == 2:
         gl.warp_specialize([
             (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, PF, RNA, C, H, W, OH, OW, C_OUT,
