@@ -34,11 +34,12 @@ def test_run_py_on_the_gpu_logs_cudnn_speedup_and_resources(tmp_path):
 
 
 def test_compiled_kernels_on_random_shapes():
-    """Every variant, every precision, 20 random shapes (odd sizes, strides 1–4, paddings, bias on/off)."""
+    """Every general variant (kernels.GENERAL; fused_gluon: tests/gpu_scripts/fused_gluon.py), every precision, 20 random
+    shapes (odd sizes, strides 1–4, paddings, bias on/off)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
         "import torch, random, torch.nn.functional as F\n"
-        "from convtune.kernels import VARIANTS, Meta\n"
+        "from convtune.kernels import GENERAL, VARIANTS, Meta\n"
         "from convtune.config import TOLERANCE\n"
         "random.seed(0)\n"
         "for i in range(20):\n"
@@ -46,7 +47,8 @@ def test_compiled_kernels_on_random_shapes():
         "  kh,kw,sh,sw,ph,pw = [random.randint(1,11) for _ in range(2)] + [random.randint(1,4) for _ in range(2)] + [random.randint(0,3) for _ in range(2)]\n"
         "  h,w = random.randint(kh,60), random.randint(kw,60)\n"
         "  x = torch.rand(n,c,h,w,device='cuda'); wt = torch.randn(k,c,kh,kw,device='cuda'); b = torch.randn(k,device='cuda') if i%2 else None\n"
-        "  for name, v in VARIANTS.items():\n"
+        "  for name in GENERAL:\n"
+        "    v = VARIANTS[name]\n"
         "    for prec in TOLERANCE:\n"
         "      ref = F.conv2d(x.double(), wt.double(), None if b is None else b.double(), (sh,sw), (ph,pw))\n"
         "      out = torch.full(ref.shape, float('nan'), device='cuda')\n"
@@ -215,3 +217,11 @@ def _script_says_ok(script: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_fused_gluon_on_random_shapes_of_its_family_and_l1_50_on_hopper():
+    """The register gather, the resident weight's TMA tiles, the warp specialisation and the channels_last store are
+    GPU-only: right on random problems of its family in both layouts, equal to fold_igemm's bits, the bound launches
+    giving the dispatched call's bits, L1 #50 passing the judge's allclose (tests/gpu_scripts/fused_gluon.py; it says
+    'skipped' off Hopper)."""
+    _script_says_ok("tests/gpu_scripts/fused_gluon.py")

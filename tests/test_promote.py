@@ -145,13 +145,18 @@ def test_export_takes_the_kernel_kernel_library_resolves_to_and_refuses_others_i
     assert run_export(compose(*common, "kernel=library", "problem.layout=channels_last", "problem.in_channels=16",
                               f"export_path={tmp_path / 'b.py'}")) == 1
     assert capsys.readouterr().out.strip() == ("error: kernel='library' (runs nhwc_igemm for this problem) is not "
-                                               "exportable: 'implicit_gemm', 'fold_igemm'")
+                                               "exportable: 'implicit_gemm', 'fold_igemm', 'fused_gluon'")
     assert run_export(compose(*common, "kernel=nhwc_igemm", f"export_path={tmp_path / 'c.py'}")) == 1
-    assert capsys.readouterr().out.strip() == "error: kernel='nhwc_igemm' is not exportable: 'implicit_gemm', 'fold_igemm'"
+    assert capsys.readouterr().out.strip() == ("error: kernel='nhwc_igemm' is not exportable: 'implicit_gemm', "
+                                               "'fold_igemm', 'fused_gluon'")
     assert run_export(compose(*common, "kernel=fold_igemm", "problem.dilation=[2,1]",
                               f"export_path={tmp_path / 'd.py'}")) == 1
     assert capsys.readouterr().out.strip() == "error: fold_igemm takes dilation 1 only, got [2, 1]: nothing exported"
-    assert not any((tmp_path / f).exists() for f in ("b.py", "c.py", "d.py"))
+    assert run_export(compose(*common, "kernel=fused_gluon", f"export_path={tmp_path / 'e.py'}")) == 1
+    assert capsys.readouterr().out.strip() == ("error: fused_gluon takes 3 input channels, stride [4, 4] and dilation 1, "
+                                               "got 3 channels, stride [2, 1], dilation [1, 1]; fold_igemm runs any "
+                                               "strided convolution: nothing exported")
+    assert not any((tmp_path / f).exists() for f in ("b.py", "c.py", "d.py", "e.py"))
 
 
 # Runs an exported file in a fresh interpreter process: ModelNew on the CPU falls back to its nn.Conv2d, and
@@ -196,6 +201,41 @@ def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store
     for banned in ("if __name__", "get_inputs", "get_init_inputs", "convtune", "autotune"):
         assert banned not in text
     r = run_exported(out, tmp_path, channels_last=kernel == "fold_igemm")  # implicit_gemm's wrapper takes NCHW
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm90(capsys, tmp_path, store, pins_file):
+    """fused_gluon's file (Gluon: no interpreter): written with its pinned warpgroups; in a fresh process off the GPU
+    its ModelNew falls back to the model's convolution, and its kernel, as copied, compiles for sm_90 with this
+    Triton's compiler for L1 #50 (its outputs are checked on the H200: benchmarks/kernelbench_judge.py)."""
+    out = tmp_path / "model_new.py"
+    assert run_export(compose("problem=kernelbench_l1_50", f"tracking.uri={store}", f"pins_file={pins_file}",
+                              "export=kernelbench", "kernel=fused_gluon", f"export_path={out}")) == 0
+    assert "kernelbench_l1_50, fused_gluon " in capsys.readouterr().out
+    text = out.read_text()
+    assert "@gluon.jit" in text and "class ModelNew(nn.Module)" in text and "NUM_STAGES = 3  # MMA warpgroups" in text
+    for banned in ("if __name__", "get_inputs", "get_init_inputs", "convtune", "autotune"):
+        assert banned not in text
+    check = (
+        "import importlib.util, sys, torch, triton\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from triton.experimental.gluon._runtime import GluonASTSource\n"
+        "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(m)\n"
+        "model = m.ModelNew(); x = torch.rand(1, 3, 64, 64)\n"
+        "torch.testing.assert_close(model(x), model.conv1(x))\n"  # off the GPU: the model's own convolution
+        "l1, l2 = m.weight_layouts()\n"
+        "sig = {'x_ptr': '*fp32', 'w1_desc': f'tensordesc<fp32[64, 16],{l1!r}>', 'w2_desc': f'tensordesc<fp32[32, 16],{l2!r}>',"
+        " 'b_ptr': '*fp32', 'y_ptr': '*fp32', 'n_rows': 'i32'}\n"
+        "cx = dict(NWG=m.NUM_STAGES, REGS=m.REGISTERS[m.NUM_STAGES], C=3, H=224, W=224, OH=55, OW=55, C_OUT=96, PH=2, PW=2,"
+        " SH=4, SW=4, KHF=3, KWF=3, HAS_BIAS=True, OUT_CL=False, LLVM_OPT='O3')\n"
+        "src = GluonASTSource(m._conv2d_fused_gluon_kernel, {**sig, **{n: 'constexpr' for n in cx}}, cx)\n"
+        "k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4, 'maxnreg': cx['REGS']})\n"
+        "assert k.asm['ptx'].count('wgmma.mma_async') == 36\n"
+        "print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    r = subprocess.run([sys.executable, "-c", check, str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -266,7 +306,7 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
     nhwc = record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
     assert status == 0, out
-    assert ("kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm, nhwc_preround, fold_igemm)"
+    assert ("kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm, nhwc_preround, fold_igemm, fused_gluon)"
             in out)
     assert re.search(r"^\| candidate \(winner\) \| nhwc_igemm: BLOCK_M=64 BLOCK_N=32 ", out, re.M), out
     assert re.search(r"^\| pin \| implicit_gemm: BLOCK_M=16 ", out, re.M), out

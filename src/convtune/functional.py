@@ -7,9 +7,10 @@ Which kernel: the pin for the call's key decides (kernels.library_choice), and w
 runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name another of the
 library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
 an input rounded to TF32 before the kernel; `fold_igemm` folds the input (space-to-depth by the stride) into a
-buffer of its own, from either layout. Each other kernel reads its own layout, `implicit_gemm` NCHW and the nhwc
-kernels channels_last, so an input in the other layout is copied inside the call (rounded in that copy for
-`nhwc_preround`); each writes the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
+buffer of its own, from either layout; `fused_gluon` (Hopper only) gathers L1 #50's input straight into its MMAs.
+Each other kernel reads its own layout, `implicit_gemm` and `fused_gluon` NCHW and the nhwc kernels channels_last,
+so an input in the other layout is copied inside the call (rounded in that copy for `nhwc_preround`); each writes
+the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
 `channels_last`)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import library_choice, pins, torch_conv
 from convtune.kernels import fold_igemm as fold
+from convtune.kernels import fused_gluon as fused
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
@@ -85,7 +87,7 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, fold.LaunchPlan, str]
+Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, str]
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -112,6 +114,10 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
                  out_cl: bool) -> Plan:
     if value.kernel == "fold_igemm":
         return fold.make_plan(g, has_bias, value.meta, precision, out_cl)
+    if value.kernel == "fused_gluon":
+        plan = fused.make_plan(g, has_bias, value.meta, precision, out_cl)
+        fused.require_hopper(x.device)
+        return plan
     if value.kernel in CHANNELS_LAST_KERNELS:
         return nhwc.make_plan(g, has_bias, value.meta, precision, out_cl,
                               input_rounded=CHANNELS_LAST_KERNELS[value.kernel])
@@ -185,7 +191,8 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         _check(x, weight, bias, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
-    runs = nhwc.run if isinstance(plan, nhwc.LaunchPlan) else fold.run if isinstance(plan, fold.LaunchPlan) else ig.run
+    runs = (nhwc.run if isinstance(plan, nhwc.LaunchPlan) else fold.run if isinstance(plan, fold.LaunchPlan)
+            else fused.run if isinstance(plan, fused.LaunchPlan) else ig.run)
     runs(plan, x, weight, bias, out)  # type: ignore[arg-type]
     return out
 

@@ -14,7 +14,9 @@ dilation 1–3 (1 for the variants that take only that, DILATION_ONE), padding f
 bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
 default for the problem's class, which is what the library runs); for the variants that read any layout
 (ANY_LAYOUT), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
-(Triton's OutOfResources) is counted as skipped, not failed.
+(Triton's OutOfResources) is counted as skipped, not failed. `fused_gluon` (FAMILY_DRAWS, HOPPER_ONLY,
+ONLY_PRECISIONS) draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
+columns and 96 output channels), at tf32 only, and runs on a Hopper GPU only: elsewhere it is left out by default.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     def log_int(lo: int, hi: int) -> int:
         return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
+    if variant in FAMILY_DRAWS:
+        return FAMILY_DRAWS[variant](rng, index, variant, precision)
     while True:
         kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
         dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
@@ -113,8 +117,31 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     return case
 
 
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm")  # the variants whose launch reads and writes either layout
+# the variants whose launch reads and writes either layout
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon")
 DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
+HOPPER_ONLY = ("fused_gluon",)  # the variants that run on a Hopper GPU only (compute capability 9.0)
+ONLY_PRECISIONS = {"fused_gluon": ("tf32",)}  # the variants that run some precisions only
+
+
+def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precision: str) -> Case:
+    """A case in fused_gluon's family (kernels/fused_gluon.make_plan): 3 channels, stride 4, dilation 1, a kernel up to
+    12 × 12, up to 64 output columns and 96 output channels; padding up to 3 a side, any height, batch 1-8."""
+    while True:
+        kh, kw = rng.randint(1, 12), rng.randint(1, 12)
+        ph, pw = rng.randint(0, 3), rng.randint(0, 3)
+        h = rng.randint(max(1, kh - 2 * ph), 240)
+        w = rng.randint(max(1, kw - 2 * pw), 4 * 63 + kw - 2 * pw)
+        if _out(h, kh, 4, ph, 1) >= 1 and 1 <= _out(w, kw, 4, pw, 1) <= 64:
+            break
+    meta = None if rng.random() < 0.5 else dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4,
+                                                  num_stages=rng.choice([2, 3]))
+    return Case(index, variant, precision, rng.choice([1, 1, 2, 3, 4, 8]), 3, h, w, rng.randint(1, 96), kh, kw,
+                (4, 4), (ph, pw), (1, 1), rng.random() < 0.7, rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]),
+                meta, rng.randrange(2**31), rng.choice(["nchw", "channels_last"]))
+
+
+FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case}  # variants whose cases are drawn from their own family
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:
@@ -252,7 +279,7 @@ def _worker(args: tuple[list[Case], str]) -> list[dict[str, Any]]:
 def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool) -> list[Case]:
     cases = []
     for v in variants:
-        for prec in precisions:
+        for prec in (p for p in precisions if p in ONLY_PRECISIONS.get(v, (p,))):
             rng = random.Random(f"{seed}/{v}/{prec}")
             cases += [draw_case(rng, i, v, prec, small) for i in range(shapes)]
     return cases
@@ -350,7 +377,7 @@ def _report_files(paths: list[str], strict_torch: bool) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m convtune.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
-    ap.add_argument("--variants", default=None, help="comma-separated; default: every variant")
+    ap.add_argument("--variants", default=None, help="comma-separated; default: every variant (fused_gluon on a Hopper GPU only)")
     ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")
@@ -382,7 +409,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     from convtune.kernels import VARIANTS
     from convtune.kernels.precision import PRECISIONS
 
-    variants = a.variants.split(",") if a.variants else sorted(VARIANTS)
+    hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+    variants = a.variants.split(",") if a.variants else [v for v in sorted(VARIANTS) if hopper or v not in HOPPER_ONLY]
+    if not hopper and set(variants) & set(HOPPER_ONLY):
+        print(f"error: --variants {','.join(sorted(set(variants) & set(HOPPER_ONLY)))} run(s) on a Hopper GPU only "
+              f"(compute capability 9.0); this is {torch.cuda.get_device_name() if device == 'cuda' else device}",
+              file=sys.stderr)
+        return 2
     precisions = a.precisions.split(",") if a.precisions else list(PRECISIONS)
     for name, got, allowed in (("--variants", variants, sorted(VARIANTS)), ("--precisions", precisions, list(PRECISIONS))):
         bad = [g for g in got if g not in allowed]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
-from convtune.kernels import fold_igemm, implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
+from convtune.kernels import fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -30,6 +30,9 @@ class KernelVariant:
     # launch's arguments → a call that launches with everything checked and planned once, as the library's call
     # does after a signature's first (convtune.functional); None where the library does not run the variant
     prepared: Optional[Callable[..., Callable[[], Any]]] = None
+    # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
+    # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
+    restricted_to: Optional[str] = None
 
 
 VARIANTS: dict[str, KernelVariant] = {
@@ -42,7 +45,11 @@ VARIANTS: dict[str, KernelVariant] = {
                                    nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround),
     "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
                                 fold_igemm.TF32_TIES, fold_igemm.prepared),
+    "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,
+                                 fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO),
 }
+# The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
+GENERAL = tuple(sorted(name for name, v in VARIANTS.items() if v.restricted_to is None))
 
 
 def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,
@@ -119,6 +126,6 @@ def variant_for(name: str, problem: Any) -> KernelVariant:
     return get_variant(library_variant(problem.layout, problem.in_channels) if name == LIBRARY else name)
 
 
-__all__ = ["LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured",
+__all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured",
            "configured_meta", "get_variant", "library_choice", "library_variant", "validate_meta",
            "validate_precision", "variant_for"]

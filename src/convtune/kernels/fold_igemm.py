@@ -23,8 +23,8 @@ grids (one or two programs per SM, with and without flattened loops) 0.49-1.06; 
 second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (session 15): the convolution is latency-bound at 8 warps an SM
 (tensor pipe 50 %). Session 16 (docs/PERFORMANCE.md): Triton's automatic warp specialisation gave wrong results on this
 K loop; a Gluon version outside the library (benchmarks/probe_fold_gluon.py: the weight resident in shared memory, two
-MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. Not yet: that kernel in the library,
-fusing the fold into the kernel.
+MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. Session 18: the fold fused into a
+Gluon kernel in the library, `fused_gluon` (L1 #50's family on Hopper), now pinned for L1 #50's NCHW key.
 """
 
 from __future__ import annotations

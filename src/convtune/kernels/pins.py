@@ -39,7 +39,8 @@ HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only wi
 END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
 TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
-LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm")  # the kernels a pin may name (kernel=library contests them all)
+# the kernels a pin may name (kernel=library contests them all)
+LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,302 @@
+"""`fused_gluon` (issue 13, session 18): L1 #50's convolution as one Gluon kernel for Hopper, the fold fused away.
+
+fold_igemm folds the input (space-to-depth by the stride) into a buffer and runs a stride-1 GEMM on it; on L1 #50 the
+fold is 0.076 ms of its 0.398. This kernel reads the NCHW input itself. In the folded K order (folded kernel row a,
+tap b, channel c, input row r, column s), lane (g, t) of a TF32 wgmma's register A fragment sits at output column g
+and input column t, so each warp load of the A operand is 32 consecutive floats of one input row: A is gathered
+from global memory (through L1) straight into the MMA's registers, rounded to TF32 there with fold_igemm's rounding
+(ties away, as cuDNN rounds on these layers), and never passes through shared memory. The folded, rounded weight
+stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded once by TMA; a persistent program an SM
+runs 2 or 3 MMA warpgroups (num_stages) on alternate output rows of a contiguous range, each gathering the next
+tap while its MMAs run, the rows' first input rows prefetched into L2 two rows ahead; the SM's shared-memory
+carveout is set to 75 % so that L1 keeps the input rows the warpgroups share. The products and their order are
+fold_igemm's: on L1 #50 the output is fold_igemm's bit for bit.
+
+Measured on the H200 (benchmarks/probe_fused_gluon.py, docs/evidence/h200_issue13_fused_gluon.txt, session 17): the
+whole L1 #50 call 0.3445 ms with 3 MMA warpgroups, against 0.3985 for fold_igemm at its pin in the same run; 2
+warpgroups 0.350; without the carveout 0.354 (3); NCU: latency-bound (issue slots 37-45 %, L1TEX scoreboard 31 %
+of a warp's cycles). What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability
+9.0: wgmma, TMA), precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded
+taps: the weight must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output
+channels (two MMAs of 64 and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and
+num_warps 4 (a warpgroup) are fixed by that design; num_stages is the number of MMA warpgroups, 2 or 3 (the rows in
+flight an SM: Gluon's kernels are not software-pipelined by stages, and the register file allows at most three
+warpgroups at 168 registers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import llvm_opt
+from convtune.kernels.common import (
+    ConvGeometry,
+    Launched,
+    Meta,
+    WeightCache,
+    bound_runner,
+    check_conv_inputs,
+    check_out,
+    geometry,
+    source_hash,
+    writes_channels_last,
+)
+from convtune.kernels.fold_igemm import fold_weight, folded_channels
+from convtune.kernels.precision import round_to_tf32
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+RESTRICTED_TO = ("a Hopper GPU; precision tf32, 3 input channels, stride 4x4, dilation 1, a kernel up to 12x12, up to "
+                 "64 output columns and 96 output channels")
+TF32_TIES = "away"  # the gather rounds as fold_igemm's fold does (kernels/precision.py)
+STRIDE = (4, 4)  # a K step of 16 is one channel's 4 × 4 window
+CHANNELS = 3
+MAX_TAPS = 3  # folded taps a side: the weight's 27 K steps × 96 columns (162 KB) resident in shared memory
+MAX_OW = 64  # a tile is one output row in a 64-row MMA
+MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
+COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
+# Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 8 warps and 170
+# for 12; at 168 triton 3.6's ptxas spills 18 instructions and the call is still the fastest (0.3445 against 0.350
+# at two warpgroups, session 17)
+REGISTERS = {2: 240, 3: 168}
+# The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
+# memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50
+# 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, session 17)
+CARVEOUT = 75
+_CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+FIXED = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4}
+FIXED_WHY = {"BLOCK_M": "a tile is one output row, the M of one warpgroup's MMA",
+             "BLOCK_N": "the output channels as two MMAs of 64 and 32 columns",
+             "BLOCK_K": "a K step is one channel's 4 × 4 window",
+             "num_warps": "a warpgroup; num_stages sets how many MMA warpgroups run"}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    out_shape: tuple[int, int, int, int]
+    n_rows: int  # output rows of the batch, N·OH: the work the persistent programs share
+    taps: tuple[int, int]  # the folded kernel, KHF × KWF
+    out_cl: bool
+    has_bias: bool
+    constexprs: dict
+    binary_key: tuple
+
+
+def check_meta(meta: Meta) -> None:
+    """ConfigError naming the first meta-parameter this kernel cannot take (module docstring: the design fixes all
+    but num_stages)."""
+    for key, value in FIXED.items():
+        if getattr(meta, key) != value:
+            raise ConfigError(key, getattr(meta, key), f"{value} for fused_gluon ({FIXED_WHY[key]})")
+    if meta.num_stages not in REGISTERS:
+        raise ConfigError("num_stages", meta.num_stages, f"one of {sorted(REGISTERS)} for fused_gluon (its MMA "
+                          "warpgroups: the output rows in flight an SM)")
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+    """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
+    take and what runs it instead."""
+    other = "; fold_igemm runs any strided convolution"
+    if precision != "tf32":
+        raise UnsupportedProblem(f"fused_gluon runs precision tf32 only (its gather rounds the input to TF32 as cuDNN "
+                                 f"does), got {precision!r}{other}")
+    if g.c != CHANNELS or g.stride != STRIDE or g.dilation != (1, 1):
+        raise UnsupportedProblem(f"fused_gluon takes {CHANNELS} input channels, stride {list(STRIDE)} and dilation 1, "
+                                 f"got {g.c} channels, stride {list(g.stride)}, dilation {list(g.dilation)}{other}")
+    khf, kwf = -(-g.kh // STRIDE[0]), -(-g.kw // STRIDE[1])
+    if max(khf, kwf) > MAX_TAPS or g.ow > MAX_OW or g.c_out > MAX_C_OUT:
+        raise UnsupportedProblem(f"fused_gluon takes a kernel of at most {MAX_TAPS * STRIDE[0]}x{MAX_TAPS * STRIDE[1]}, "
+                                 f"{MAX_OW} output columns and {MAX_C_OUT} output channels, got {g.kh}x{g.kw}, {g.ow} "
+                                 f"and {g.c_out}{other}")
+    check_meta(meta)
+    n_rows = g.n * g.oh
+    if n_rows * 1024 >= 2**31:  # lo = pid·n_rows // programs in int32, for up to 1024 SMs
+        raise UnsupportedProblem(f"fused_gluon: {n_rows} output rows (N·OH); int32 indexing allows < 2**21")
+    cx = dict(NWG=meta.num_stages, REGS=REGISTERS[meta.num_stages], C=g.c, H=g.h, W=g.w, OH=g.oh, OW=g.ow,
+              C_OUT=g.c_out, PH=g.padding[0], PW=g.padding[1], SH=STRIDE[0], SW=STRIDE[1], KHF=khf, KWF=kwf,
+              HAS_BIAS=has_bias, OUT_CL=out_cl)
+    return LaunchPlan((g.n, g.c_out, g.oh, g.ow), n_rows, (khf, kwf), out_cl, has_bias, cx, tuple(sorted(cx.items())))
+
+
+def pack_weight(weight: torch.Tensor, taps: tuple[int, int]) -> torch.Tensor:
+    """[C_out, 3, KH, KW] → [COLUMNS, KHF·KWF·48] in the gather's K order (folded row, tap, c, r, s), rounded to
+    nearest TF32 (ties away), zero rows past C_out: fold_igemm's folded weight with its rows unpadded (K is a
+    multiple of 16 already)."""
+    cf = folded_channels(CHANNELS, STRIDE)
+    w = fold_weight(weight, STRIDE, taps, cf, taps[1] * cf)
+    w = torch.nn.functional.pad(w, (0, 0, 0, COLUMNS - w.shape[0]))
+    return round_to_tf32(w).contiguous()
+
+
+_packed = WeightCache()  # the packed weight and its TMA descriptors, until the weight changes
+
+
+def _packed_weight(weight: torch.Tensor, taps: tuple[int, int]) -> tuple[torch.Tensor, Any, Any]:
+    def make(w: torch.Tensor) -> Any:
+        wp = pack_weight(w, taps)
+        return (wp,) + _kernel_module().descriptors(wp)
+    return _packed.get(weight, ("fused_gluon", taps), make)  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=1)
+def _kernel_module() -> Any:
+    """The Gluon kernel, imported on the first launch (fused_gluon_kernel: why not at import)."""
+    try:
+        from convtune.kernels import fused_gluon_kernel
+    except (ImportError, AttributeError) as e:
+        raise UnsupportedProblem(f"fused_gluon needs Triton's Gluon with its Hopper API (triton 3.6 or later); this "
+                                 f"Triton has none ({type(e).__name__}: {e})") from None
+    return fused_gluon_kernel
+
+
+def require_hopper(device: torch.device) -> None:
+    """UnsupportedProblem unless `device` is a Hopper GPU (wgmma and TMA: compute capability 9.0)."""
+    if device.type != "cuda":
+        raise UnsupportedProblem(f"fused_gluon runs on a Hopper GPU only (got {device}): Gluon compiles for NVIDIA GPUs "
+                                 "and the Triton interpreter cannot run it; fold_igemm computes the same outputs")
+    capability = torch.cuda.get_device_capability(device)
+    if capability != (9, 0):
+        raise UnsupportedProblem(f"fused_gluon runs on Hopper (compute capability 9.0: wgmma, TMA); "
+                                 f"{torch.cuda.get_device_name(device)} is {capability[0]}.{capability[1]}")
+
+
+@cache
+def _programs(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def set_carveout(compiled: Any, percent: int) -> None:
+    """Ask the driver for a `percent` shared-memory carveout for `compiled`'s function (CARVEOUT: why). A hint: where
+    it cannot be set, a warning says so and the kernel runs as Triton loaded it."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        err = cuda.cuFuncSetAttribute(ctypes.c_void_p(compiled.function),
+                                      _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, ctypes.c_int(percent))
+    except (OSError, AttributeError) as e:
+        err = f"{type(e).__name__}: {e}"
+    if err != 0:
+        warnings.warn(f"fused_gluon: the {percent} % shared-memory carveout was not set ({err}); L1 #50 measured 2-4 % "
+                      "slower without it", RuntimeWarning, stacklevel=2)
+
+
+def _launch(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            level: str, grid: tuple[int]) -> Any:
+    kernel = _kernel_module()
+    _, w1, w2 = _packed_weight(weight, plan.taps)
+    cx = plan.constexprs
+    return kernel._conv2d_fused_gluon_kernel[grid](x, w1, w2, b, out, plan.n_rows, **cx, LLVM_OPT=level, num_warps=4,
+                                                     maxnreg=cx["REGS"])
+
+
+# binary keys → (bound launch, compiled kernel, LLVM level): later calls go past Triton's dispatch
+_bound: dict[tuple, Any] = {}
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch the plan on `x` (NCHW-contiguous: the caller has made it so), writing `out` in the plan's layout.
+    Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    require_hopper(x.device)
+    b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
+    grid = (min(plan.n_rows, _programs(x.get_device())),)
+    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
+    bound = _bound.get((key, grid))
+    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        launch_bound, compiled, level = bound
+        _, w1, w2 = _packed_weight(weight, plan.taps)
+        launch_bound(x, w1, w2, b, out, plan.n_rows)
+        return compiled, level
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
+                            lambda: f"fused_gluon {plan.constexprs}")
+    with llvm_opt.compiling_at(level):
+        compiled = _launch(plan, x, weight, b, out, level, grid)
+    set_carveout(compiled, CARVEOUT)  # for the launches after this one: the binary is loaded now
+    fn = _kernel_module()._conv2d_fused_gluon_kernel
+    launch_bound = bound_runner(compiled, grid, fn, 6, {**plan.constexprs, "LLVM_OPT": level})
+    if launch_bound is not None:
+        _bound[(key, grid)] = (launch_bound, compiled, level)
+    return compiled, level
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
+    """Compile the binary at `level` and run it on one random image (the batch is not specialised) against float64
+    (kernels/llvm_opt.py: why), with the real call's 16-byte alignments."""
+    cx = plan.constexprs
+    gen = torch.Generator(device=x.device).manual_seed(20261122)
+    xs = aligned_random((1, cx["C"], cx["H"], cx["W"]), x, gen)
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    one = replace(plan, n_rows=cx["OH"], out_shape=(1,) + plan.out_shape[1:])
+    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if plan.out_cl else (1, cx["C_OUT"], cx["OH"], cx["OW"])
+    outs = aligned_nan(shape, out)
+    with llvm_opt.compiling_at(level):
+        _launch(one, xs, ws, bs if bs is not None else outs, outs, level, (min(one.n_rows, _programs(x.get_device())),))
+    outs = outs.permute(0, 3, 1, 2) if plan.out_cl else outs
+    return agrees(outs, xs, ws, bs, STRIDE, (cx["PH"], cx["PW"]), (1, 1), "tf32")
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
+                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    plan = make_plan(g, bias is not None, meta, precision, out is not None and writes_channels_last(out))
+    require_hopper(x.device)
+    if out is None:
+        out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32)
+    else:
+        check_out(x, out, plan.out_shape, channels_last_ok=True)
+    return plan, out
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1) -> Launched:
+    """Check, allocate (unless `out` is given: NCHW or channels_last) and launch once. An input not NCHW-contiguous is
+    copied so inside this call (and so inside any timing of it)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+    compiled, level = run(plan, x.contiguous(), weight.contiguous(), bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+             groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional): the checks and the
+    plan here, once; the returned call copies a non-NCHW input and launches, writing `out` (allocated if None)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+    w = weight.contiguous()
+
+    def call() -> torch.Tensor:
+        run(plan, x.contiguous(), w, bias, out)
+        return out
+    return call
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """The one configuration class: three MMA warpgroups, L1 #50's best on the H200 (0.3445 ms against 0.350 at two;
+    benchmarks/probe_fused_gluon.py, session 17)."""
+    return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4, num_stages=3)
+
+
+def _kernel_source() -> str:
+    return (Path(__file__).parent / "fused_gluon_kernel.py").read_text(encoding="utf-8")
+
+
+SOURCE_HASH = hashlib.sha256((source_hash(round_to_tf32, fold_weight, folded_channels, check_meta, make_plan,
+                                          pack_weight, _packed_weight, require_hopper, set_carveout, _launch, run,
+                                          bound_runner, _right_at, _checked_plan, launch, prepared, default_meta)
+                              + _kernel_source()).encode()).hexdigest()[:12]

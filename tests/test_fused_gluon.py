@@ -1,0 +1,194 @@
+"""fused_gluon on the CPU: what it takes and refuses (in one line that names the limit), its packed weight, the
+gather's index algebra restated in torch, its Gluon source compiled for sm_90 by the installed Triton (no GPU needed),
+and its place in the library, verify and the pins. Its outputs are GPU-only (Gluon has no interpreter): checked by
+tests/gpu_scripts/fused_gluon.py and `python -m convtune.verify --variants fused_gluon` on a Hopper GPU."""
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convtune
+from convtune import functional
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
+from convtune.kernels import fused_gluon as fg
+from convtune.kernels.common import geometry
+from convtune.kernels.fold_igemm import fold_weight
+from convtune.kernels.precision import round_to_tf32
+
+L1_50 = {"x": (256, 3, 224, 224), "w": (96, 3, 11, 11), "stride": 4, "padding": 2}
+META = Meta(64, 128, 16, 4, 3)
+
+
+def _geometry(x=(2, 3, 224, 224), w=(96, 3, 11, 11), stride=4, padding=2, dilation=1):
+    return geometry(torch.empty(x, device="meta"), torch.empty(w, device="meta"), stride, padding, dilation)
+
+
+def test_l1_50_is_planned_as_the_probe_ran_it():
+    plan = fg.make_plan(_geometry(**L1_50), True, META, "tf32")
+    cx = plan.constexprs
+    assert plan.out_shape == (256, 96, 55, 55) and plan.n_rows == 256 * 55 and plan.taps == (3, 3)
+    assert (cx["NWG"], cx["REGS"], cx["KHF"], cx["KWF"], cx["PH"], cx["OUT_CL"]) == (3, 168, 3, 3, 2, False)
+    assert fg.default_meta(96, 4, 224) == META
+    assert get_variant("fused_gluon").default_meta(96, 4, 224, "tf32") == META
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"x": (2, 4, 224, 224), "w": (96, 4, 11, 11)},
+     "fused_gluon takes 3 input channels, stride [4, 4] and dilation 1, got 4 channels, stride [4, 4], dilation [1, 1]"),
+    ({"stride": 2}, "got 3 channels, stride [2, 2], dilation [1, 1]"),
+    ({"stride": (4, 2)}, "got 3 channels, stride [4, 2], dilation [1, 1]"),
+    ({"dilation": 2, "padding": 12}, "got 3 channels, stride [4, 4], dilation [2, 2]"),
+    ({"w": (96, 3, 13, 11)}, "a kernel of at most 12x12, 64 output columns and 96 output channels, got 13x11, 55 and 96"),
+    ({"x": (2, 3, 224, 264)}, "got 11x11, 65 and 96"),
+    ({"w": (97, 3, 11, 11)}, "got 11x11, 55 and 97"),
+])
+def test_what_it_does_not_take_is_refused_naming_the_limit_and_the_kernel_that_runs_it(change, message):
+    with pytest.raises(UnsupportedProblem, match="fold_igemm runs any strided convolution") as e:
+        fg.make_plan(_geometry(**{**L1_50, "x": (2, 3, 224, 224), **change}), True, META, "tf32")
+    assert message in str(e.value)
+
+
+def test_the_largest_problem_it_takes_is_planned():
+    plan = fg.make_plan(_geometry(x=(1, 3, 50, 4 * 63 + 12 - 2), w=(96, 3, 12, 12), padding=1), False, META, "tf32")
+    assert plan.constexprs["OW"] == 64 and plan.taps == (3, 3)
+
+
+@pytest.mark.parametrize("precision", ["tf32_trunc", "tf32x3", "ieee"])
+def test_precisions_other_than_tf32_are_refused(precision):
+    with pytest.raises(UnsupportedProblem, match=f"fused_gluon runs precision tf32 only .*got '{precision}'"):
+        fg.make_plan(_geometry(), True, META, precision)
+
+
+@pytest.mark.parametrize("meta,key,allowed", [
+    (Meta(128, 128, 16, 4, 3), "BLOCK_M", "64 for fused_gluon (a tile is one output row"),
+    (Meta(64, 64, 16, 4, 3), "BLOCK_N", "128 for fused_gluon (the output channels as two MMAs"),
+    (Meta(64, 128, 32, 4, 3), "BLOCK_K", "16 for fused_gluon (a K step is one channel's 4 × 4 window)"),
+    (Meta(64, 128, 16, 8, 3), "num_warps", "4 for fused_gluon (a warpgroup; num_stages sets"),
+    (Meta(64, 128, 16, 4, 4), "num_stages", "one of [2, 3] for fused_gluon (its MMA warpgroups"),
+])
+def test_a_configuration_it_cannot_run_is_a_config_error_naming_the_key(meta, key, allowed):
+    with pytest.raises(ConfigError) as e:
+        fg.make_plan(_geometry(), True, meta, "tf32")
+    assert key in str(e.value) and allowed in str(e.value)
+
+
+def test_on_the_cpu_a_launch_is_refused_after_the_call_is_checked():
+    x, w = torch.rand(1, 3, 40, 40), torch.rand(8, 3, 11, 11)
+    with pytest.raises(UnsupportedProblem, match=r"fused_gluon runs on a Hopper GPU only \(got cpu\)"):
+        fg.launch(x, w, None, 4, 2, 1, META)
+    with pytest.raises(UnsupportedProblem, match="weight has 4 input channels"):  # the common checks come first
+        fg.launch(x, torch.rand(8, 4, 11, 11), None, 4, 2, 1, META)
+    with pytest.raises(UnsupportedProblem, match="fused_gluon takes 3 input channels, stride"):
+        fg.prepared(x, w, None, 2, 2, 1, META)
+
+
+def test_the_packed_weight_is_fold_igemms_folded_weight_rounded_with_zero_rows_to_96():
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(40, 3, 11, 11, generator=g)
+    packed = fg.pack_weight(w, (3, 3))
+    assert packed.shape == (96, 432) and packed.is_contiguous()
+    assert torch.equal(packed[:40], round_to_tf32(fold_weight(w, (4, 4), (3, 3), 48, 144)))
+    assert not packed[40:].any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_gathers_index_algebra_restated_in_torch_computes_the_convolution(seed):
+    """fused_gluon_kernel._gather's addresses and masks, restated in torch for every output row of two images (element
+    [ow, 4r + s] of channel c's K step for tap (a, b): x[c, 4(oh + a) + r - PH, 4(ow + b) + s - PW], zero outside), times
+    pack_weight's K order, against F.conv2d in float64, on random shapes of the family (kernel, padding, widths)."""
+    rnd = random.Random(seed)
+    kh, kw, ph, pw = rnd.randint(1, 12), rnd.randint(1, 12), rnd.randint(0, 3), rnd.randint(0, 3)
+    h, w = rnd.randint(max(kh - 2 * ph, 1), 40), rnd.randint(max(kw - 2 * pw, 1), 4 * 63 + kw - 2 * pw)
+    c_out = rnd.randint(1, 96)
+    g = torch.Generator().manual_seed(seed)
+    x, wt = torch.randn(2, 3, h, w, generator=g).double(), torch.randn(c_out, 3, kh, kw, generator=g).double()
+    plan = fg.make_plan(_geometry(x=tuple(x.shape), w=tuple(wt.shape), padding=(ph, pw)), False, META, "tf32")
+    cx, (khf, kwf) = plan.constexprs, plan.taps
+    ow_, k = torch.arange(64)[:, None], torch.arange(16)[None, :]
+    rows_r, col = k // 4, torch.where(ow_ < cx["OW"], 4 * ow_ + k % 4 - pw, w + 8 * kwf)
+    within = rows_r * w + 4 * ow_ + k % 4
+    packed = fold_weight(wt, (4, 4), (khf, kwf), 48, kwf * 48).double()  # pack_weight's order, unrounded
+    xf, out = x.reshape(-1), torch.full((2, c_out, cx["OH"], cx["OW"]), float("nan"), dtype=torch.float64)
+    for row in range(plan.n_rows):
+        steps = []
+        for tap in range(khf * kwf):
+            a, b = tap // kwf, tap % kwf
+            h0 = 4 * (row % cx["OH"] + a) - ph
+            keep = (col + 4 * b >= 0) & (col + 4 * b < w) & (rows_r + h0 >= 0) & (rows_r + h0 < h)
+            at = (row // cx["OH"]) * 3 * h * w + within + (h0 * w + 4 * b - pw)
+            steps += [torch.where(keep, xf[torch.where(keep, at + c * h * w, 0)], 0.0) for c in range(3)]
+        out[row // cx["OH"], :, row % cx["OH"]] = (torch.cat(steps, dim=1) @ packed.T)[: cx["OW"]].T
+    torch.testing.assert_close(out, F.conv2d(x, wt, None, 4, (ph, pw)), rtol=1e-10, atol=1e-10)
+
+
+def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
+    """Gluon's layouts, the trivial layout conversions it asserts and the warp specialisation are checked when the
+    kernel compiles: done here for sm_90 by this Triton's own compiler (and its ptxas), for both MMA warpgroup counts
+    and both output layouts. The MMAs: 6 a tap per warpgroup (3 K steps × 2 column tiles), the loop unrolled twice by the
+    compiler on both Triton versions seen (3.6, 3.9): 12 a warpgroup."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource
+        kernel = fg._kernel_module()
+    except (ImportError, UnsupportedProblem) as e:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {e}")
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton ships no ptxas")
+    l1, l2 = kernel.weight_layouts()
+    sig = {"x_ptr": "*fp32", "w1_desc": f"tensordesc<fp32[64, 16],{l1!r}>", "w2_desc": f"tensordesc<fp32[32, 16],{l2!r}>",
+           "b_ptr": "*fp32", "y_ptr": "*fp32", "n_rows": "i32"}
+    for nwg, out_cl, bias in ((2, False, True), (3, True, False)):
+        plan = fg.make_plan(_geometry(), bias, Meta(64, 128, 16, 4, nwg), "tf32", out_cl)
+        cx = {**plan.constexprs, "LLVM_OPT": "O3"}
+        src = GluonASTSource(kernel._conv2d_fused_gluon_kernel, {**sig, **{n: "constexpr" for n in cx}}, cx)
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": cx["REGS"]})
+        assert compiled.asm["ptx"].count("wgmma.mma_async") == 12 * nwg, (nwg, out_cl)
+        assert compiled.metadata.shared >= 27 * 96 * 16 * 4  # the resident weight: 162 KB
+
+
+def test_it_is_a_library_kernel_restricted_to_its_family():
+    v = get_variant("fused_gluon")
+    assert "fused_gluon" in LIBRARY_KERNELS and "fused_gluon" not in GENERAL
+    assert v.restricted_to and "Hopper" in v.restricted_to and v.tf32_ties == "away"
+    assert v.prepared is fg.prepared and len(v.source_hash) == 12
+
+
+def test_verify_draws_fused_gluon_cases_from_its_family_at_tf32_and_refuses_it_off_hopper(capsys):
+    from convtune.verify import main as verify_main
+    from convtune.verify import make_cases
+
+    cases = make_cases(["fused_gluon"], ["tf32", "ieee"], 300, 0, small=True)
+    assert len(cases) == 300 and {c.precision for c in cases} == {"tf32"}
+    for c in cases:  # every case is one the kernel takes (none would only test a refusal)
+        g = _geometry(x=(c.n, c.c, c.h, c.w), w=(c.k, c.c, c.kh, c.kw), stride=c.stride, padding=c.padding,
+                      dilation=c.dilation)
+        fg.make_plan(g, c.bias, Meta(**c.meta) if c.meta else META, c.precision, c.layout == "channels_last")
+    assert {c.layout for c in cases} == {"nchw", "channels_last"} and max(c.w for c in cases) > 200
+    assert verify_main(["--device", "interpreter", "--variants", "fused_gluon"]) == 2
+    assert "error: --variants fused_gluon run(s) on a Hopper GPU only (compute capability 9.0); this is interpreter" in \
+        capsys.readouterr().err
+
+
+def test_a_pin_naming_fused_gluon_off_hopper_is_refused_in_one_line_that_names_the_pin(tmp_path, monkeypatch):
+    """A pins file's entry may name fused_gluon (promote writes one only from runs on Hopper, under that GPU's name);
+    where the call cannot run it, the call fails with the reason and the pin, and nothing runs."""
+    f = tmp_path / "pins.yaml"
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    key = "n1-c3-h40-w40-k8-r11x11-s4x4-p2x2-d1x1-g1-nobias-nchw-float32/tf32"
+    pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fused_gluon", META), {})
+    assert pins.pinned(pins.entries(pins.load(f), "interpreter", "implicit_gemm")[key]) == pins.KernelPin("fused_gluon",
+                                                                                                           META)
+    functional.forget_choices()
+    with pytest.raises(UnsupportedProblem) as e:
+        convtune.conv2d(torch.rand(1, 3, 40, 40), torch.rand(8, 3, 11, 11), None, stride=4, padding=2, precision="tf32")
+    assert str(e.value) == ("fused_gluon runs on a Hopper GPU only (got cpu): Gluon compiles for NVIDIA GPUs and the "
+                            "Triton interpreter cannot run it; fold_igemm computes the same outputs: the kernel of pin "
+                            f"interpreter / implicit_gemm / {key} in {f}; pin this call to another kernel or to torch")
+    assert not functional._plans
+    functional.forget_choices()
