@@ -67,6 +67,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+# the gather and the L2 prefetch as the library has them since session 18 (the same text this probe measured)
+from convtune.kernels.fused_gluon_kernel import _gather, _prefetch_rows
 
 BLOCK_M, BLOCK_K = 64, 16  # one output row (OW ≤ 64) a tile; a K step is 16 = one channel's 4 input rows × 4 columns
 
@@ -82,44 +84,6 @@ def _round_tf32(v, RNA: gl.constexpr):
     else:
         bits = v.to(gl.int32, bitcast=True)
         return ((bits + 0x1000) & -8192).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _prefetch_rows(x_ptr, row, n_rows, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr,
-                   PH: gl.constexpr, SH: gl.constexpr, KHF: gl.constexpr):
-    """Into L2, the input rows that output row `row` is the first to read (its last kernel row's SH input rows of
-    every channel: 3 × 4 rows of 896 B, 84 lines of 128 B for L1 #50), one line a thread of the warpgroup."""
-    LINES: gl.constexpr = (W * 4 + 127) // 128  # a row's lines (a row of 224 floats starts on a line)
-    gl.static_assert(C * SH * LINES <= 128, "one line a thread")
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    line = gl.arange(0, 128, layout=layout)
-    c = line // (SH * LINES)
-    h = SH * (row % OH + KHF - 1) - PH + (line // LINES) % SH
-    ok = (line < C * SH * LINES) & (h >= 0) & (h < H) & (row < n_rows)
-    at = gl.where(ok, ((row // OH).to(gl.int64) * C + c) * (H * W) + h * W + (line % LINES) * 32, 0)
-    gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [x_ptr + at], dtype=gl.int32,
-                              is_pure=False, pack=1)
-
-
-@gluon.jit
-def _gather(x_at, col, rows_r, row, tap, live, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr,
-            PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
-    """The A operand of kernel tap `tap` (folded row a = tap // KWF, column b = tap % KWF) for output row `row`, as
-    C K steps of 16 (one per input channel), in the MMA's register layout: element [ow, 4r + s] of step c is
-    x[c, SH·(oh + a) + r - PH, SW·(ow + b) + s - PW], zero outside the input. `x_at` = x + r·W + SW·ow + s (the
-    pointers, made once: a tap adds one scalar to each, two instructions, where an int32 offset cost twelve),
-    `col` = SW·ow + s - PW (with ow ≥ OW pushed past W), `rows_r` = r; `live`: the row is the program's (a gather
-    ahead may run past its range; `row` is then any row of the batch)."""
-    a = tap // KWF
-    b = tap % KWF
-    h0 = SH * (row % OH + a) - PH
-    w_at = col + SW * b
-    keep = (w_at >= 0) & (w_at < W) & (rows_r + h0 >= 0) & (rows_r + h0 < H) & live
-    p = x_at + ((row // OH).to(gl.int64) * (C * H * W) + (h0 * W + SW * b - PW))
-    a0 = gl.load(p, mask=keep, other=0.0)
-    a1 = gl.load(p + H * W, mask=keep, other=0.0)
-    a2 = gl.load(p + 2 * H * W, mask=keep, other=0.0)
-    return a0, a1, a2
 
 
 @gluon.jit
