@@ -225,3 +225,10 @@ def test_fused_gluon_on_random_shapes_of_its_family_and_l1_50_on_hopper():
     giving the dispatched call's bits, L1 #50 passing the judge's allclose (tests/gpu_scripts/fused_gluon.py; it says
     'skipped' off Hopper)."""
     _script_says_ok("tests/gpu_scripts/fused_gluon.py")
+
+
+def test_nchw_1x1_on_random_1x1_problems_and_resnet50_layer1_1x1():
+    """The input's TMA tiles, the register-A MMA and the bound launches are GPU-only: right on random 1×1 stride-1
+    problems in every input layout and both output layouts at random configurations, the bound launches giving the
+    dispatched call's bits, resnet50_layer1_1x1 passing the judge's allclose (tests/gpu_scripts/nchw_1x1.py)."""
+    _script_says_ok("tests/gpu_scripts/nchw_1x1.py")

@@ -7,8 +7,9 @@ Which kernel: the pin for the call's key decides (kernels.library_choice), and w
 runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name another of the
 library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
 an input rounded to TF32 before the kernel; `fold_igemm` folds the input (space-to-depth by the stride) into a
-buffer of its own, from either layout; `fused_gluon` (Hopper only) gathers L1 #50's input straight into its MMAs.
-Each other kernel reads its own layout, `implicit_gemm` and `fused_gluon` NCHW and the nhwc kernels channels_last,
+buffer of its own, from either layout; `fused_gluon` (Hopper only) gathers L1 #50's input straight into its MMAs;
+`nchw_1x1` runs a 1×1 stride-1 convolution as a batched GEMM over NCHW. Each other kernel reads its own layout,
+`implicit_gemm`, `fused_gluon` and `nchw_1x1` NCHW and the nhwc kernels channels_last,
 so an input in the other layout is copied inside the call (rounded in that copy for `nhwc_preround`); each writes
 the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
 `channels_last`)."""
@@ -26,6 +27,7 @@ from convtune.kernels import library_choice, pins, torch_conv
 from convtune.kernels import fold_igemm as fold
 from convtune.kernels import fused_gluon as fused
 from convtune.kernels import implicit_gemm as ig
+from convtune.kernels import nchw_1x1 as pointwise
 from convtune.kernels import nhwc_igemm as nhwc
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
@@ -87,7 +89,7 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, str]
+Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, pointwise.LaunchPlan, str]
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -118,6 +120,8 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
         plan = fused.make_plan(g, has_bias, value.meta, precision, out_cl)
         fused.require_hopper(x.device)
         return plan
+    if value.kernel == "nchw_1x1":
+        return pointwise.make_plan(g, has_bias, value.meta, precision, out_cl)
     if value.kernel in CHANNELS_LAST_KERNELS:
         return nhwc.make_plan(g, has_bias, value.meta, precision, out_cl,
                               input_rounded=CHANNELS_LAST_KERNELS[value.kernel])
@@ -183,6 +187,8 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     # input has it) is part of the call; fold_igemm's fold reads either layout
     if isinstance(plan, nhwc.LaunchPlan):
         x = nhwc.round_input(input, plan)
+    elif isinstance(plan, pointwise.LaunchPlan):
+        x = pointwise.readable_input(input, plan)
     else:
         x = input if isinstance(plan, fold.LaunchPlan) else input.contiguous()
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
@@ -192,7 +198,8 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
     runs = (nhwc.run if isinstance(plan, nhwc.LaunchPlan) else fold.run if isinstance(plan, fold.LaunchPlan)
-            else fused.run if isinstance(plan, fused.LaunchPlan) else ig.run)
+            else fused.run if isinstance(plan, fused.LaunchPlan) else pointwise.run
+            if isinstance(plan, pointwise.LaunchPlan) else ig.run)
     runs(plan, x, weight, bias, out)  # type: ignore[arg-type]
     return out
 

@@ -17,6 +17,7 @@ default for the problem's class, which is what the library runs); for the varian
 (Triton's OutOfResources) is counted as skipped, not failed. `fused_gluon` (FAMILY_DRAWS, HOPPER_ONLY,
 ONLY_PRECISIONS) draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
 columns and 96 output channels), at tf32 only, and runs on a Hopper GPU only: elsewhere it is left out by default.
+`nchw_1x1` draws 1×1 stride-1 convolutions without padding, at tf32 only.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
         return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
     if variant in FAMILY_DRAWS:
-        return FAMILY_DRAWS[variant](rng, index, variant, precision)
+        return FAMILY_DRAWS[variant](rng, index, variant, precision, small)
     while True:
         kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
         dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
@@ -118,13 +119,13 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
 
 
 # the variants whose launch reads and writes either layout
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon")
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon", "nchw_1x1")
 DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
 HOPPER_ONLY = ("fused_gluon",)  # the variants that run on a Hopper GPU only (compute capability 9.0)
-ONLY_PRECISIONS = {"fused_gluon": ("tf32",)}  # the variants that run some precisions only
+ONLY_PRECISIONS = {"fused_gluon": ("tf32",), "nchw_1x1": ("tf32",)}  # the variants that run some precisions only
 
 
-def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precision: str) -> Case:
+def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
     """A case in fused_gluon's family (kernels/fused_gluon.make_plan): 3 channels, stride 4, dilation 1, a kernel up to
     12 × 12, up to 64 output columns and 96 output channels; padding up to 3 a side, any height, batch 1-8."""
     while True:
@@ -141,7 +142,32 @@ def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precisi
                 meta, rng.randrange(2**31), rng.choice(["nchw", "channels_last"]))
 
 
-FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case}  # variants whose cases are drawn from their own family
+def _draw_nchw_1x1_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
+    """A case in nchw_1x1's family (kernels/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
+    1-512 input and output channels (log-uniform), sizes whose H·W is a multiple of 4 (TMA) or not, batch 1-16; the
+    default configuration or a random one that fits shared memory."""
+    def log_int(lo: int, hi: int) -> int:
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (log_int(1, 512), log_int(1, 512))
+    h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
+    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
+    meta = None
+    if rng.random() >= 0.3:
+        while True:
+            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]), BLOCK_N=rng.choice([16, 32, 64]),
+                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
+                        num_stages=rng.choice([1, 2, 3, 4]))
+            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
+                break
+    dh, dw = rng.choice([1, 1, 1, 2, 3]), rng.choice([1, 1, 1, 2, 3])
+    return Case(index, variant, precision, n, c, h, w, k, 1, 1, (1, 1), (0, 0), (dh, dw), rng.random() < 0.7,
+                rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31),
+                rng.choice(["nchw", "channels_last"]))
+
+
+# variants whose cases are drawn from their own family
+FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case, "nchw_1x1": _draw_nchw_1x1_case}
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
-from convtune.kernels import fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nhwc_igemm, pins, seed
+from convtune.kernels import fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nchw_1x1, nhwc_igemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -47,6 +47,8 @@ VARIANTS: dict[str, KernelVariant] = {
                                 fold_igemm.TF32_TIES, fold_igemm.prepared),
     "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,
                                  fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO),
+    "nchw_1x1": KernelVariant("nchw_1x1", nchw_1x1.launch, nchw_1x1.default_meta, nchw_1x1.SOURCE_HASH,
+                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO),
 }
 # The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
 GENERAL = tuple(sorted(name for name, v in VARIANTS.items() if v.restricted_to is None))

@@ -1,0 +1,306 @@
+"""`nchw_1x1` (issue 13, session 19): a 1×1 stride-1 convolution read straight from NCHW, as the batched GEMM it is.
+
+With a 1×1 kernel, stride 1 and no padding, image n's output is Xₙᵀ·Wᵀ: M = the image's H·W positions, N = C_out,
+K = C_in. In NCHW an input tile is BLOCK_K channels × BLOCK_M positions with the positions contiguous, which TF32 wgmma
+cannot take from shared memory as its A operand (K-major only) but can from registers: the tile comes in through a
+3-D TMA descriptor of the input as [N, C_in, H·W] (zeros past C_in and H·W), is rounded to nearest TF32 in registers
+(ties to even, as cuDNN does at stride 1), and is the MMA's register A; the weight, rounded once when packed, is the
+K-major B operand. The output is written in the call's layout (NCHW: a channel's positions contiguous). A program
+computes one tile of BLOCK_M positions × BLOCK_N output channels of one image; a position tile's channel tiles are
+neighbours in the grid, so the input tile they share is read once from DRAM. Where H·W is not a multiple of 4 (a
+TMA row must start 16-byte aligned) the tile is a masked load instead.
+
+Why (resnet50_layer1_1x1, the suite's worst row with an NCHW input, 0.40x cuDNN's faster layout: nhwc_igemm needs a
+copy of the 205 MB input to channels_last, and implicit_gemm breaks TF32 ties away from zero, 1.9e-4 from cuDNN
+here). On the H200 (benchmarks/probe_pointwise.py, docs/evidence/h200_issue13_nchw_1x1.txt): 0.0698 ms at
+M64-N64-K32-w4-s3 against cuDNN's 0.0737 NCHW and 0.0728 channels_last (1.04x; 3.7 TB/s), implicit_gemm 0.0844;
+with masked loads instead of TMA 0.0950 at its best; the same GEMM with the input as the B operand (stored
+transposed in shared memory for the MMA) slower than 0.104 at every tile. Tiles of 128 output channels gave wrong outputs on the H200 (0.25-0.42
+from the exact sum, two shapes, with TMA; right without) where 64 gave none wrong in 108 configurations, so BLOCK_N
+is at most 64 (check_meta).
+
+What it takes (make_plan refuses the rest in one line): precision tf32, a 1×1 kernel, stride 1 and no padding (any
+dilation: a 1×1 kernel has none to dilate), up to 65535 images (the grid's second axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import llvm_opt
+from convtune.kernels.common import (
+    ConvGeometry,
+    Launched,
+    Meta,
+    WeightCache,
+    bound_runner,
+    check_conv_inputs,
+    check_out,
+    geometry,
+    source_hash,
+    writes_channels_last,
+)
+from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+RESTRICTED_TO = "precision tf32, a 1x1 kernel, stride 1, padding 0, up to 65535 images"
+TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py): the 1×1 3.1e-6 from it so, 1.9e-4 away
+MAX_IMAGES = 65535  # the grid's second axis
+# The meta-parameters a launch may take. BLOCK_N 128 was wrong on the H200 (module docstring); a tile of positions is
+# one or more 64-row MMAs of a warpgroup
+ALLOWED = {"BLOCK_M": (64, 128, 256), "BLOCK_N": (16, 32, 64), "BLOCK_K": (16, 32, 64), "num_warps": (4, 8)}
+ALLOWED_WHY = {"BLOCK_M": "positions a tile: whole 64-row MMAs",
+               "BLOCK_N": "output channels a tile: 128 gave wrong outputs on the H200",
+               "BLOCK_K": "input channels a K step", "num_warps": "one or two warpgroups"}
+
+
+@triton.jit
+def _conv2d_1x1_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,  # x_ptr: a TMA descriptor of the input as [N, C, H·W] (X_TMA), else the input
+    C: tl.constexpr, HW: tl.constexpr, C_OUT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, X_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    pid = tl.program_id(0)
+    n = tl.program_id(1)
+    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    pid_n = pid % TILES_N  # a position tile's channel tiles side by side: they share its input tile in L2
+    pid_m = pid // TILES_N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_mask = offs_m < HW
+    n_mask = offs_n < C_OUT
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, C, BLOCK_K):  # pipelined num_stages deep
+        k = k0 + offs_k
+        if X_TMA:  # zeros past C and HW
+            x = x_ptr.load([n, k0, pid_m * BLOCK_M]).reshape(BLOCK_K, BLOCK_M)
+        else:
+            x = tl.load(x_ptr + n.to(tl.int64) * (C * HW) + k[:, None] * HW + offs_m[None, :],
+                        mask=(k < C)[:, None] & m_mask[None, :], other=0.0)
+        # rounded in registers, where the MMA takes its A operand from; the weight was rounded when packed
+        a = tl.trans(round_tf32_even(x))
+        w = tl.load(w_ptr + offs_n[:, None] * C + k[None, :], mask=n_mask[:, None] & (k < C)[None, :], other=0.0)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision="tf32")
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if OUT_CL:  # channels_last: a position's channels are contiguous
+        y_offs = (n.to(tl.int64) * HW + offs_m)[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = n.to(tl.int64) * (C_OUT * HW) + offs_m[:, None] + offs_n[None, :] * HW
+    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    grid: tuple[int, int]  # (position tiles × channel tiles, images)
+    out_shape: tuple[int, int, int, int]
+    out_cl: bool
+    constexprs: dict
+    binary_key: tuple
+
+
+def check_meta(meta: Meta) -> None:
+    """ConfigError naming the first meta-parameter this kernel does not take (ALLOWED)."""
+    for key, allowed in ALLOWED.items():
+        if getattr(meta, key) not in allowed:
+            raise ConfigError(key, getattr(meta, key), f"one of {list(allowed)} for nchw_1x1 ({ALLOWED_WHY[key]})")
+    if meta.num_stages < 1:
+        raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
+
+
+def tma_fits(hw: int) -> bool:
+    """A TMA descriptor of the input as [N, C, H·W] needs each channel's row to start 16-byte aligned."""
+    return hw % 4 == 0
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+    """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
+    take and what runs it instead."""
+    other = "; implicit_gemm runs any convolution"
+    if precision != "tf32":
+        raise UnsupportedProblem(f"nchw_1x1 runs precision tf32 only (it rounds the input to TF32 as cuDNN does), got "
+                                 f"{precision!r}{other}")
+    if (g.kh, g.kw) != (1, 1) or g.stride != (1, 1) or g.padding != (0, 0):
+        raise UnsupportedProblem(f"nchw_1x1 takes a 1x1 kernel, stride 1 and padding 0, got {g.kh}x{g.kw}, stride "
+                                 f"{list(g.stride)}, padding {list(g.padding)}{other}")
+    if g.n > MAX_IMAGES:
+        raise UnsupportedProblem(f"nchw_1x1 takes at most {MAX_IMAGES} images a call (its grid's second axis), got "
+                                 f"{g.n}{other}")
+    check_meta(meta)
+    hw = g.h * g.w
+    cx = dict(C=g.c, HW=hw, C_OUT=g.c_out, HAS_BIAS=has_bias, OUT_CL=out_cl, X_TMA=tma_fits(hw),
+              BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
+              num_stages=meta.num_stages)
+    grid = (triton.cdiv(hw, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N), g.n)
+    return LaunchPlan(grid, (g.n, g.c_out, g.h, g.w), out_cl, cx, tuple(sorted(cx.items())))
+
+
+_packed = WeightCache()  # the weight as [C_out, C_in], rounded to nearest TF32 (ties to even), until it changes
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """[C_out, C_in, 1, 1] → [C_out, C_in] contiguous, rounded to nearest TF32 with ties to even."""
+    return round_to_tf32_even(weight.reshape(weight.shape[0], weight.shape[1]))
+
+
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    return _packed.get(weight, ("nchw_1x1",), pack_weight)
+
+
+def readable_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """The input as the kernel reads it: NCHW-contiguous, and 16-byte aligned where it goes through TMA. Any other
+    input (channels_last, a view at an odd offset) is copied, inside the call."""
+    x = x.contiguous()
+    return x.clone() if plan.constexprs["X_TMA"] and x.data_ptr() % 16 else x
+
+
+class _Address:
+    """A CUDA input's address as a TMA descriptor's base: all a launch reads of it (its data pointer, and its dtype
+    when the descriptor is made), so that a cached descriptor keeps no tensor alive."""
+
+    __slots__ = ("ptr",)
+    dtype = torch.float32
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+# (address, images, C, H·W, tile) → the TMA descriptor of a CUDA input there: a descriptor is a function of these
+# alone, and a layer's input often comes back at the same address (PyTorch's caching allocator), so a call then makes
+# none (the host's work per call decides the contest from an idle GPU, tune/contest.py)
+_descriptors: dict[tuple, Any] = {}
+
+
+def _x_arg(cx: dict, x: torch.Tensor) -> Any:
+    """The kernel's input argument: a TMA descriptor of x as [N, C, H·W] (X_TMA), or x."""
+    if not cx["X_TMA"]:
+        return x
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    c, hw, block = cx["C"], cx["HW"], [1, cx["BLOCK_K"], cx["BLOCK_M"]]
+    if x.device.type != "cuda":  # the interpreter reads the tensor itself
+        return TensorDescriptor.from_tensor(x.view(x.shape[0], c, hw), block)
+    key = (x.data_ptr(), x.shape[0], c, hw, block[1], block[2])
+    desc = _descriptors.get(key)
+    if desc is None:
+        if len(_descriptors) >= 64:
+            _descriptors.clear()
+        desc = _descriptors[key] = TensorDescriptor(_Address(x.data_ptr()), [x.shape[0], c, hw], [c * hw, hw, 1],
+                                                    block)
+    return desc
+
+
+def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            level: str) -> Any:
+    return _conv2d_1x1_kernel[grid](_x_arg(cx, x), wp, b, out, **cx, LLVM_OPT=level)
+
+
+# (binary key, device, alignments; grid) → (bound launch, compiled kernel, LLVM level): later calls of a binary go past
+# Triton's per-call dispatch (common.bound_runner)
+_bound: dict[tuple, tuple] = {}
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (`x` as readable_input makes it, `out` in the plan's layout). Returns the
+    compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    wp = packed_weight(weight)
+    b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
+    cx = plan.constexprs
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
+    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
+    bound = _bound.get((key, plan.grid))
+    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        launch_bound, compiled, level = bound
+        launch_bound(_x_arg(cx, x), wp, b, out)
+        return compiled, level
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out), lambda: f"nchw_1x1 {cx}")
+    with llvm_opt.compiling_at(level):
+        compiled = _launch(cx, plan.grid, x, wp, b, out, level)
+    launch_bound = bound_runner(compiled, plan.grid, _conv2d_1x1_kernel, 4, {**cx, "LLVM_OPT": level})
+    if launch_bound is not None:
+        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
+    return compiled, level
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
+    """Compile the binary at `level` and run it on one random image (the batch is the grid's, not the binary's)
+    against float64 (kernels/llvm_opt.py: why), with the real call's 16-byte alignments."""
+    cx = plan.constexprs
+    h, w = plan.out_shape[2:]
+    gen = torch.Generator(device=x.device).manual_seed(20261123)
+    xs = aligned_random((1, cx["C"], h, w), x, gen)
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    shape = (1, h, w, cx["C_OUT"]) if plan.out_cl else (1, cx["C_OUT"], h, w)
+    outs = aligned_nan(shape, out)
+    with llvm_opt.compiling_at(level):
+        _launch(cx, (plan.grid[0], 1), xs, pack_weight(ws), bs if bs is not None else outs, outs, level)
+    outs = outs.permute(0, 3, 1, 2) if plan.out_cl else outs
+    return agrees(outs, xs, ws, bs, (1, 1), (0, 0), (1, 1), "tf32")
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
+                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    plan = make_plan(g, bias is not None, meta, precision, out is not None and writes_channels_last(out))
+    if out is None:
+        out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32)
+    else:
+        check_out(x, out, plan.out_shape, channels_last_ok=True)
+    return plan, out
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1) -> Launched:
+    """Check, allocate (unless `out` is given: NCHW or channels_last) and launch once. An input the kernel cannot read
+    as it is (readable_input) is copied inside this call (and so inside any timing of it)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+    compiled, level = run(plan, readable_input(x, plan), weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+             groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional): the checks and the
+    plan here, once; the returned call copies an input the kernel cannot read as it is, and launches."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+
+    def call() -> torch.Tensor:
+        run(plan, readable_input(x, plan), weight, bias, out)
+        return out
+    return call
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """One class: resnet50_layer1_1x1's best on the H200 (0.0698 ms; M64-N64-K64-w4-s2 0.0699, M128-N64-K64-w8-s3
+    0.0708; benchmarks/probe_pointwise.py, docs/evidence/h200_issue13_nchw_1x1.txt)."""
+    return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+
+
+SOURCE_HASH = source_hash(_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even, check_meta,
+                          tma_fits, make_plan, pack_weight, readable_input, _Address, _x_arg, _launch, run, bound_runner, _right_at,
+                          _checked_plan, launch, prepared, default_meta)
