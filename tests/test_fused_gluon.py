@@ -156,6 +156,9 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
     v = get_variant("fused_gluon")
     assert "fused_gluon" in LIBRARY_KERNELS and "fused_gluon" not in GENERAL
     assert v.restricted_to and "Hopper" in v.restricted_to and v.tf32_ties == "away"
+    assert v.precisions == ("tf32",) and v.compute_capability == (9, 0)
+    assert v.runs_on((9, 0)) and not v.runs_on((10, 0)) and not v.runs_on(None)
+    assert v.runs_precision("tf32") and not v.runs_precision("ieee")
     assert v.prepared is fg.prepared and len(v.source_hash) == 12
 
 
@@ -171,8 +174,8 @@ def test_verify_draws_fused_gluon_cases_from_its_family_at_tf32_and_refuses_it_o
         fg.make_plan(g, c.bias, Meta(**c.meta) if c.meta else META, c.precision, c.layout == "channels_last")
     assert {c.layout for c in cases} == {"nchw", "channels_last"} and max(c.w for c in cases) > 200
     assert verify_main(["--device", "interpreter", "--variants", "fused_gluon"]) == 2
-    assert "error: --variants fused_gluon run(s) on a Hopper GPU only (compute capability 9.0); this is interpreter" in \
-        capsys.readouterr().err
+    assert "error: --variants fused_gluon run(s) on another GPU only (fused_gluon compute capability 9.0); this is " \
+           "interpreter" in capsys.readouterr().err
 
 
 def test_a_pin_naming_fused_gluon_off_hopper_is_refused_in_one_line_that_names_the_pin(tmp_path, monkeypatch):

@@ -14,8 +14,9 @@ dilation 1–3 (1 for the variants that take only that, DILATION_ONE), padding f
 bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
 default for the problem's class, which is what the library runs); for the variants that read any layout
 (ANY_LAYOUT), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
-(Triton's OutOfResources) is counted as skipped, not failed. `fused_gluon` (FAMILY_DRAWS, HOPPER_ONLY,
-ONLY_PRECISIONS) draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
+(Triton's OutOfResources) is counted as skipped, not failed. A variant runs the precisions it declares
+(KernelVariant.precisions) on the devices it declares (KernelVariant.compute_capability). `fused_gluon` (FAMILY_DRAWS)
+draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
 columns and 96 output channels), at tf32 only, and runs on a Hopper GPU only: elsewhere it is left out by default.
 `nchw_1x1` draws 1×1 stride-1 convolutions without padding, at tf32 only.
 """
@@ -121,8 +122,6 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
 # the variants whose launch reads and writes either layout
 ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon", "nchw_1x1")
 DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
-HOPPER_ONLY = ("fused_gluon",)  # the variants that run on a Hopper GPU only (compute capability 9.0)
-ONLY_PRECISIONS = {"fused_gluon": ("tf32",), "nchw_1x1": ("tf32",)}  # the variants that run some precisions only
 
 
 def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
@@ -303,9 +302,12 @@ def _worker(args: tuple[list[Case], str]) -> list[dict[str, Any]]:
 
 
 def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool) -> list[Case]:
+    """`shapes` cases per variant and precision it runs (KernelVariant.precisions)."""
+    from convtune.kernels import VARIANTS
+
     cases = []
     for v in variants:
-        for prec in (p for p in precisions if p in ONLY_PRECISIONS.get(v, (p,))):
+        for prec in (p for p in precisions if VARIANTS[v].runs_precision(p)):
             rng = random.Random(f"{seed}/{v}/{prec}")
             cases += [draw_case(rng, i, v, prec, small) for i in range(shapes)]
     return cases
@@ -403,7 +405,8 @@ def _report_files(paths: list[str], strict_torch: bool) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m convtune.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
-    ap.add_argument("--variants", default=None, help="comma-separated; default: every variant (fused_gluon on a Hopper GPU only)")
+    ap.add_argument("--variants", default=None, help="comma-separated; default: every variant this device runs "
+                    "(fused_gluon: a Hopper GPU only)")
     ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")
@@ -435,19 +438,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     from convtune.kernels import VARIANTS
     from convtune.kernels.precision import PRECISIONS
 
-    hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-    variants = a.variants.split(",") if a.variants else [v for v in sorted(VARIANTS) if hopper or v not in HOPPER_ONLY]
-    if not hopper and set(variants) & set(HOPPER_ONLY):
-        print(f"error: --variants {','.join(sorted(set(variants) & set(HOPPER_ONLY)))} run(s) on a Hopper GPU only "
-              f"(compute capability 9.0); this is {torch.cuda.get_device_name() if device == 'cuda' else device}",
-              file=sys.stderr)
-        return 2
+    capability = torch.cuda.get_device_capability() if device == "cuda" else None  # None: the interpreter
+    variants = a.variants.split(",") if a.variants else [v for v in sorted(VARIANTS) if VARIANTS[v].runs_on(capability)]
     precisions = a.precisions.split(",") if a.precisions else list(PRECISIONS)
     for name, got, allowed in (("--variants", variants, sorted(VARIANTS)), ("--precisions", precisions, list(PRECISIONS))):
         bad = [g for g in got if g not in allowed]
         if bad:
             print(f"error: {name} {','.join(bad)} is not allowed: one of {allowed}", file=sys.stderr)
             return 2
+    elsewhere = [v for v in variants if not VARIANTS[v].runs_on(capability)]
+    if elsewhere:
+        needs = "; ".join(f"{v} compute capability {'.'.join(map(str, VARIANTS[v].compute_capability))}"
+                          for v in elsewhere)
+        print(f"error: --variants {','.join(elsewhere)} run(s) on another GPU only ({needs}); this is "
+              f"{torch.cuda.get_device_name() if device == 'cuda' else device}", file=sys.stderr)
+        return 2
     shapes = a.shapes if a.shapes is not None else (1000 if device == "cuda" else 8)
     cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter")
     if a.replay:

@@ -33,6 +33,17 @@ class KernelVariant:
     # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
     # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
     restricted_to: Optional[str] = None
+    # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs (None: any
+    # device, the interpreter too): what checks over every variant (convtune.verify) read, rather than lists of names
+    precisions: Optional[tuple[str, ...]] = None
+    compute_capability: Optional[tuple[int, int]] = None
+
+    def runs_precision(self, precision: str) -> bool:
+        return self.precisions is None or precision in self.precisions
+
+    def runs_on(self, capability: Optional[tuple[int, int]]) -> bool:
+        """Whether it runs on a device of that compute capability (None: the Triton interpreter)."""
+        return self.compute_capability is None or self.compute_capability == capability
 
 
 VARIANTS: dict[str, KernelVariant] = {
@@ -46,12 +57,14 @@ VARIANTS: dict[str, KernelVariant] = {
     "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
                                 fold_igemm.TF32_TIES, fold_igemm.prepared),
     "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,
-                                 fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO),
+                                 fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO,
+                                 fused_gluon.PRECISIONS, fused_gluon.COMPUTE_CAPABILITY),
     "nchw_1x1": KernelVariant("nchw_1x1", nchw_1x1.launch, nchw_1x1.default_meta, nchw_1x1.SOURCE_HASH,
-                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO),
+                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO, nchw_1x1.PRECISIONS),
 }
 # The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
-GENERAL = tuple(sorted(name for name, v in VARIANTS.items() if v.restricted_to is None))
+GENERAL = tuple(sorted(name for name, v in VARIANTS.items()
+                       if v.restricted_to is None and v.precisions is None and v.compute_capability is None))
 
 
 def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,

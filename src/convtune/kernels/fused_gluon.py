@@ -58,6 +58,8 @@ from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 RESTRICTED_TO = ("a Hopper GPU; precision tf32, 3 input channels, stride 4x4, dilation 1, a kernel up to 12x12, up to "
                  "64 output columns and 96 output channels")
 TF32_TIES = "away"  # the gather rounds as fold_igemm's fold does (kernels/precision.py)
+PRECISIONS = ("tf32",)  # what make_plan takes
+COMPUTE_CAPABILITY = (9, 0)  # what require_hopper asks for: wgmma and TMA
 STRIDE = (4, 4)  # a K step of 16 is one channel's 4 × 4 window
 CHANNELS = 3
 MAX_TAPS = 3  # folded taps a side: the weight's 27 K steps × 96 columns (162 KB) resident in shared memory

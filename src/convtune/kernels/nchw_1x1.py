@@ -52,6 +52,7 @@ from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
 RESTRICTED_TO = "precision tf32, a 1x1 kernel, stride 1, padding 0, up to 65535 images"
 TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py): the 1×1 3.1e-6 from it so, 1.9e-4 away
+PRECISIONS = ("tf32",)  # what make_plan takes
 MAX_IMAGES = 65535  # the grid's second axis
 # The meta-parameters a launch may take. BLOCK_N 128 was wrong on the H200 (module docstring); a tile of positions is
 # one or more 64-row MMAs of a warpgroup
