@@ -15,7 +15,9 @@ fold_igemm's: on L1 #50 the output is fold_igemm's bit for bit.
 Measured on the H200 (benchmarks/probe_fused_gluon.py, docs/evidence/h200_issue13_fused_gluon.txt, session 17): the
 whole L1 #50 call 0.3445 ms with 3 MMA warpgroups, against 0.3985 for fold_igemm at its pin in the same run; 2
 warpgroups 0.350; without the carveout 0.354 (3); NCU: latency-bound (issue slots 37-45 %, L1TEX scoreboard 31 %
-of a warp's cycles). What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability
+of a warp's cycles). Session 19 (benchmarks/probe_fused_gluon_hints.py, docs/evidence/h200_issue13_fused_gluon_hints.txt):
+the output stores marked evict_first and the L2 prefetch one of the warpgroup's rows ahead instead of two, 0.3225 ms
+against 0.3459 for the kernel before, the outputs bit for bit the same. What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability
 9.0: wgmma, TMA), precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded
 taps: the weight must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output
 channels (two MMAs of 64 and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and
@@ -90,7 +92,6 @@ class LaunchPlan:
     n_rows: int  # output rows of the batch, N·OH: the work the persistent programs share
     taps: tuple[int, int]  # the folded kernel, KHF × KWF
     out_cl: bool
-    has_bias: bool
     constexprs: dict
     binary_key: tuple
 
@@ -128,7 +129,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     cx = dict(NWG=meta.num_stages, REGS=REGISTERS[meta.num_stages], C=g.c, H=g.h, W=g.w, OH=g.oh, OW=g.ow,
               C_OUT=g.c_out, PH=g.padding[0], PW=g.padding[1], SH=STRIDE[0], SW=STRIDE[1], KHF=khf, KWF=kwf,
               HAS_BIAS=has_bias, OUT_CL=out_cl)
-    return LaunchPlan((g.n, g.c_out, g.oh, g.ow), n_rows, (khf, kwf), out_cl, has_bias, cx, tuple(sorted(cx.items())))
+    return LaunchPlan((g.n, g.c_out, g.oh, g.ow), n_rows, (khf, kwf), out_cl, cx, tuple(sorted(cx.items())))
 
 
 def pack_weight(weight: torch.Tensor, taps: tuple[int, int]) -> torch.Tensor:
@@ -207,9 +208,9 @@ _bound: dict[tuple, Any] = {}
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         out: torch.Tensor) -> tuple[Any, str]:
-    """Launch the plan on `x` (NCHW-contiguous: the caller has made it so), writing `out` in the plan's layout.
-    Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
-    require_hopper(x.device)
+    """Launch the plan on `x` (NCHW-contiguous: the caller has made it so, and checked its device when the plan was
+    made: require_hopper), writing `out` in the plan's layout. Returns the compiled kernel and the LLVM level it was
+    compiled at (kernels/llvm_opt)."""
     b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
     grid = (min(plan.n_rows, _programs(x.get_device())),)
     key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)

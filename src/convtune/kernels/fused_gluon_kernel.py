@@ -34,7 +34,9 @@ def _prefetch_rows(x_ptr, row, n_rows, C: gl.constexpr, H: gl.constexpr, W: gl.c
                    PH: gl.constexpr, SH: gl.constexpr, KHF: gl.constexpr):
     """Into L2, the input rows that output row `row` is the first to read (its last folded kernel row's SH input rows
     of every channel: 3 × 4 rows of 896 B for L1 #50), one 128-byte line a thread of the warpgroup. -2 % on L1 #50
-    (session 17)."""
+    (session 17) two of the warpgroup's rows ahead; one row ahead, with the stores hinted, -4.8 % more (0.3387 → 0.3225
+    ms; row + 0, 1, 2 within 0.3 % of it, two rows 0.3387, three 0.3540; benchmarks/probe_fused_gluon_hints.py,
+    session 19)."""
     LINES: gl.constexpr = (W * 4 + 127) // 128
     gl.static_assert(C * SH * LINES <= 128, "one line a thread")
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
@@ -116,7 +118,7 @@ def _rows(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, 
     c0, c1, c2 = _gather(x_at, col, rows_r, gl.minimum(row, n_rows - 1), 0, row < hi, C, H, W, OH, PH, PW, SH, SW,
                          KWF)
     while row < hi:
-        _prefetch_rows(x_ptr, row + 2 * NWG, n_rows, C, H, W, OH, PH, SH, KHF)
+        _prefetch_rows(x_ptr, row + NWG, n_rows, C, H, W, OH, PH, SH, KHF)  # this warpgroup's next row
         acc = gl.zeros([BLOCK_M, N1], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
         for tap in range(TAPS):
@@ -148,8 +150,11 @@ def _rows(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, 
             y_row = y_ptr + (img + (row % OH) * (OW * C_OUT))
         else:
             y_row = y_ptr + (img + (row % OH) * OW)
-        gl.store(y_row + out_at, acc, mask=out_keep)
-        gl.store(y_row + out_at2, acc2, mask=out_keep2)
+        # the output (297 MB on L1 #50) marked to leave L2 first, so that it evicts less of the input rows the next
+        # output rows read: -2 % (0.3454 → 0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %;
+        # benchmarks/probe_fused_gluon_hints.py, session 19)
+        gl.store(y_row + out_at, acc, mask=out_keep, eviction_policy="evict_first")
+        gl.store(y_row + out_at2, acc2, mask=out_keep2, eviction_policy="evict_first")
         row += NWG
 
 
