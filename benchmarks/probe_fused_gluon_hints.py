@@ -28,7 +28,6 @@ first run, 1 * NWG, 3 * NWG, 4 * NWG: 0.3223 / 0.3233, 0.3540, 0.3595 ms against
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -37,6 +36,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from edited_module import edit, import_text
 
 from convtune.kernels import Meta, fused_gluon
 from convtune.kernels.common import geometry
@@ -61,13 +63,8 @@ PREFETCH = "_prefetch_rows(x_ptr, row + 2 * NWG,"
 def edited(store_hint: str, load_hint: str, ahead: str = "2 * NWG") -> str:
     """`ahead`: the row whose input the L2 prefetch asks for, as rows after this one (an expression in NWG)."""
     text = SOURCE.replace(PREFETCH, PREFETCH.replace("2 * NWG", ahead))
-    for s in STORES if store_hint else ():
-        assert text.count(s) == 1, s
-        text = text.replace(s, s[:-1] + f", {store_hint})")
-    for s in LOADS if load_hint else ():
-        assert text.count(s) == 1, s
-        text = text.replace(s, s[:-1] + f", {load_hint})")
-    return text
+    hinted = tuple((s, s[:-1] + f", {store_hint})") for s in STORES if store_hint)
+    return edit(text, hinted + tuple((s, s[:-1] + f", {load_hint})") for s in LOADS if load_hint))
 
 
 FIRST = 'eviction_policy="evict_first"'
@@ -91,20 +88,7 @@ L2_EDITS = {
 
 
 def l2_edited(edits: tuple) -> str:
-    text = _NOW
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    return text
-
-
-def load_module(name: str, text: str, where: Path):
-    path = where / f"fg_{abs(hash(name))}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return edit(_NOW, edits)
 
 
 def main() -> None:
@@ -127,7 +111,7 @@ def main() -> None:
         texts = ({name: l2_edited(e) for name, e in L2_EDITS.items()} if "--l2" in sys.argv
                  else {name: edited(*e) for name, e in VARIANTS.items()})
         for name, text in texts.items():
-            mod = load_module(name, text, Path(tmp))
+            mod = import_text(name, text, Path(tmp))
             w1, w2 = mod.descriptors(wp)
             cx = plan.constexprs
 

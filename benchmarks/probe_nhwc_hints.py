@@ -15,7 +15,6 @@ alexnet_conv4 unreadable (the library's own binary 0.3956 and 0.4113 ms in two p
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from edited_module import edit, import_text
 from probe_kernels import load_problem
 
 from convtune.kernels import Meta, nhwc_igemm
@@ -47,16 +47,6 @@ VARIANTS = {
 CASES = (("resnet50_layer2_3x3", Meta(64, 128, 32, 4, 3)), ("alexnet_conv4", Meta(128, 128, 32, 8, 3)))
 
 
-def load_copy(name: str, text: str, where: Path):
-    path = where / f"nhwc_{abs(hash(name))}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main() -> None:
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), flush=True)
@@ -65,11 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         mods = {}
         for name, edits in VARIANTS.items():
-            text = SOURCE
-            for old, new in edits:
-                assert text.count(old) == 1, old
-                text = text.replace(old, new)
-            mods[name] = load_copy(name, text, Path(tmp))
+            mods[name] = import_text(name, edit(SOURCE, edits), Path(tmp))
         for problem, meta in CASES:
             p = load_problem(problem)
             x, w, b = make_inputs(p, 1, dev)
