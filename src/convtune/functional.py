@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import torch
@@ -183,25 +184,27 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
-    # the layout the plan's kernel reads (and for nhwc_preround, its input rounded); a copy into it (none where the
-    # input has it) is part of the call; fold_igemm's fold reads either layout
-    if isinstance(plan, nhwc.LaunchPlan):
-        x = nhwc.round_input(input, plan)
-    elif isinstance(plan, pointwise.LaunchPlan):
-        x = pointwise.readable_input(input, plan)
-    else:
-        x = input if isinstance(plan, fold.LaunchPlan) else input.contiguous()
+    reads, runs = _KERNEL_CALLS[type(plan)]
+    x = reads(input, plan)
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
         _check(x, weight, bias, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
-    runs = (nhwc.run if isinstance(plan, nhwc.LaunchPlan) else fold.run if isinstance(plan, fold.LaunchPlan)
-            else fused.run if isinstance(plan, fused.LaunchPlan) else pointwise.run
-            if isinstance(plan, pointwise.LaunchPlan) else ig.run)
-    runs(plan, x, weight, bias, out)  # type: ignore[arg-type]
+    runs(plan, x, weight, bias, out)
     return out
+
+
+# Per plan type: the input as its kernel reads it (a copy into that layout, none where the input has it, is part of
+# the call; rounded for nhwc_preround; fold_igemm's fold reads either layout), and the kernel's launch
+_KERNEL_CALLS: dict[type, tuple[Callable[[torch.Tensor, Any], torch.Tensor], Callable[..., Any]]] = {
+    ig.LaunchPlan: (lambda x, plan: x.contiguous(), ig.run),
+    nhwc.LaunchPlan: (nhwc.round_input, nhwc.run),
+    fold.LaunchPlan: (lambda x, plan: x, fold.run),
+    fused.LaunchPlan: (lambda x, plan: x.contiguous(), fused.run),
+    pointwise.LaunchPlan: (pointwise.readable_input, pointwise.run),
+}
 
 
 class Bound:

@@ -86,11 +86,13 @@ def _out(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
+def _log_int(rng: random.Random, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform: small sizes as often as large ones."""
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
 def draw_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
     """One random case; `small` keeps it cheap enough for the interpreter."""
-    def log_int(lo: int, hi: int) -> int:
-        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-
     if variant in FAMILY_DRAWS:
         return FAMILY_DRAWS[variant](rng, index, variant, precision, small)
     while True:
@@ -100,8 +102,8 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
             dh, dw = 1, 1
         sh, sw = rng.randint(1, 3 if small else 5), rng.randint(1, 3 if small else 5)
         ph, pw = rng.randint(0, dh * (kh - 1) + 2), rng.randint(0, dw * (kw - 1) + 2)  # up to wider than the kernel
-        c = rng.randint(1, 4) if small else log_int(1, 64)
-        k = rng.choice([rng.randint(1, 20), rng.randint(17, 40)]) if small else log_int(1, 1024)
+        c = rng.randint(1, 4) if small else _log_int(rng, 1, 64)
+        k = rng.choice([rng.randint(1, 20), rng.randint(17, 40)]) if small else _log_int(rng, 1, 1024)
         n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
         lo_h, lo_w = max(1, dh * (kh - 1) + 1 - 2 * ph), max(1, dw * (kw - 1) + 1 - 2 * pw)
         h, w = rng.randint(lo_h, lo_h + (12 if small else 80)), rng.randint(lo_w, lo_w + (12 if small else 80))
@@ -145,10 +147,7 @@ def _draw_nchw_1x1_case(rng: random.Random, index: int, variant: str, precision:
     """A case in nchw_1x1's family (kernels/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
     1-512 input and output channels (log-uniform), sizes whose H·W is a multiple of 4 (TMA) or not, batch 1-16; the
     default configuration or a random one that fits shared memory."""
-    def log_int(lo: int, hi: int) -> int:
-        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-
-    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (log_int(1, 512), log_int(1, 512))
+    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (_log_int(rng, 1, 512), _log_int(rng, 1, 512))
     h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
     n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
     meta = None
