@@ -232,3 +232,11 @@ def test_nchw_1x1_on_random_1x1_problems_and_resnet50_layer1_1x1():
     problems in every input layout and both output layouts at random configurations, the bound launches giving the
     dispatched call's bits, resnet50_layer1_1x1 passing the judge's allclose (tests/gpu_scripts/nchw_1x1.py)."""
     _script_says_ok("tests/gpu_scripts/nchw_1x1.py")
+
+
+def test_nchw_igemm_on_random_same_width_stride_1_problems_vgg16_and_resnet50_layer2():
+    """The input's scalar loads at a tap's shift, the register-A MMA and the bound launches are GPU-only: right on random
+    stride-1 problems whose output is as wide as the input, in every input layout and both output layouts at random
+    configurations, the bound launches giving the dispatched call's bits, vgg16_conv3_2 and resnet50_layer2_3x3 passing
+    the judge's allclose (tests/gpu_scripts/nchw_igemm.py)."""
+    _script_says_ok("tests/gpu_scripts/nchw_igemm.py")

@@ -18,7 +18,8 @@ default for the problem's class, which is what the library runs); for the varian
 (KernelVariant.precisions) on the devices it declares (KernelVariant.compute_capability). `fused_gluon` (FAMILY_DRAWS)
 draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
 columns and 96 output channels), at tf32 only, and runs on a Hopper GPU only: elsewhere it is left out by default.
-`nchw_1x1` draws 1×1 stride-1 convolutions without padding, at tf32 only.
+`nchw_1x1` draws 1×1 stride-1 convolutions without padding, at tf32 only; `nchw_igemm` stride-1 convolutions whose
+output is as wide as the input, at tf32 only.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
 
 
 # the variants whose launch reads and writes either layout
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon", "nchw_1x1")
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm", "fused_gluon", "nchw_1x1", "nchw_igemm")
 DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
 
 
@@ -164,8 +165,37 @@ def _draw_nchw_1x1_case(rng: random.Random, index: int, variant: str, precision:
                 rng.choice(["nchw", "channels_last"]))
 
 
+def _draw_nchw_igemm_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
+    """A case in nchw_igemm's family (kernels/nchw_igemm.make_plan): stride 1 and an output as wide as the input (a
+    kernel 1, 3, 5 or 7 wide with the padding along W that keeps the width; 1-7 high with any padding along H), dilation
+    1-2; 1-512 input and output channels (log-uniform), sizes 1-80, batch 1-16; the default configuration or a random one
+    that fits shared memory."""
+    while True:
+        kh, kw = rng.randint(1, 7), rng.choice([1, 3, 5, 7])
+        dh, dw = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
+        ph, pw = rng.randint(0, dh * (kh - 1)), dw * (kw - 1) // 2
+        h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
+        if _out(h, kh, 1, ph, dh) >= 1:
+            break
+    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (_log_int(rng, 1, 512), _log_int(rng, 1, 512))
+    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
+    meta = None
+    if rng.random() >= 0.3:
+        while True:
+            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]),
+                        BLOCK_N=rng.choice([16, 32, 64] if small else [16, 32, 64, 128, 256]),
+                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
+                        num_stages=rng.choice([1, 2, 3, 4]))
+            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
+                break
+    return Case(index, variant, precision, n, c, h, w, k, kh, kw, (1, 1), (ph, pw), (dh, dw), rng.random() < 0.7,
+                rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31),
+                rng.choice(["nchw", "channels_last"]))
+
+
 # variants whose cases are drawn from their own family
-FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case, "nchw_1x1": _draw_nchw_1x1_case}
+FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case, "nchw_1x1": _draw_nchw_1x1_case,
+                "nchw_igemm": _draw_nchw_igemm_case}
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
-from convtune.kernels import fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nchw_1x1, nhwc_igemm, pins, seed
+from convtune.kernels import fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nchw_1x1, nchw_igemm, nhwc_igemm, pins, seed
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -61,6 +61,8 @@ VARIANTS: dict[str, KernelVariant] = {
                                  fused_gluon.PRECISIONS, fused_gluon.COMPUTE_CAPABILITY),
     "nchw_1x1": KernelVariant("nchw_1x1", nchw_1x1.launch, nchw_1x1.default_meta, nchw_1x1.SOURCE_HASH,
                               nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO, nchw_1x1.PRECISIONS),
+    "nchw_igemm": KernelVariant("nchw_igemm", nchw_igemm.launch, nchw_igemm.default_meta, nchw_igemm.SOURCE_HASH,
+                                nchw_igemm.TF32_TIES, nchw_igemm.prepared, nchw_igemm.RESTRICTED_TO, nchw_igemm.PRECISIONS),
 }
 # The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
 GENERAL = tuple(sorted(name for name, v in VARIANTS.items()

@@ -1,0 +1,279 @@
+"""`nchw_igemm` (issue 13, session 20): the stride-1 implicit GEMM of `nhwc_igemm`, read straight from an NCHW input.
+
+The GEMM is nhwc_igemm's: M = output positions, N = C_out, K = taps × input channels, tap by tap with the channels
+innermost; the weight packed [C_out, KH, KW, C_in], rounded once, the K-major B operand through TMA (nhwc_igemm's
+packing). What differs is the A tile: BLOCK_K channels × BLOCK_M positions of one image, loaded with the positions
+contiguous. Where the output is as wide as the input (stride 1 and 2·padding_w = dilation_w·(kernel_w − 1): "same"
+padding along W), the address of tap (r, s) at output position p is p + (r·DH − PH)·W + s·DW − PW + c·H·W, affine in
+p, so a warp's loads are 128 contiguous bytes; a tap's shift leaves them 4-byte aligned, so they are scalar loads
+(TMA cannot take such a shift: on the H200 a tile at an innermost coordinate that is not a multiple of 4 floats ended
+in "an illegal instruction", benchmarks/probe_nchw_direct.py --tma). TF32 wgmma cannot take a positions-contiguous
+tile from shared memory (K-major only) but can from registers: the tile is rounded to nearest TF32 there (ties to
+even, as cuDNN at stride 1) and is the MMA's register A, as in `nchw_1x1`. A program's positions stay in one image
+(grid: an image's position tiles × C_out tiles, images), its C_out tiles side by side so that they share its input
+rows in L2. The output is written in the call's layout.
+
+Why: with an NCHW input the stride-1 layers ran `nhwc_igemm` after a copy of the input to channels_last inside the
+call, and on large images that copy is most of the gap to cuDNN. On the H200 (benchmarks/probe_nchw_direct.py,
+docs/evidence/h200_issue13_nchw_igemm.txt), vgg16_conv3_2 with an NCHW input: 0.3898 ms at M64-N256-K32-w4-s3 against
+the library's 0.4168 (nhwc_igemm after the copy) and cuDNN's 0.3687 channels_last, 0.4850 NCHW: 0.95x cuDNN's faster
+layout instead of 0.88x. Where C_out needs more than one 256-wide tile, or the input has 384 channels, the register
+path costs more than the copy saves (alexnet_conv5 10 %, conv2 25 %, conv3 51 %, conv4 56 % slower than the
+library's path; resnet50_layer2_3x3 level), so it is a library kernel for the contest to pin where it wins, not the
+rule's default.
+
+What it takes (make_plan refuses the rest in one line): precision tf32, stride 1, "same" padding along W (above), any
+kernel, padding along H and dilation, up to 65535 images, an image's input and output under 2**31 elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import llvm_opt
+from convtune.kernels.common import (
+    ConvGeometry,
+    Launched,
+    Meta,
+    bound_runner,
+    check_conv_inputs,
+    check_out,
+    geometry,
+    source_hash,
+    writes_channels_last,
+)
+from convtune.kernels.nhwc_igemm import pack_weight, packed_weight, tma_fits
+from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+RESTRICTED_TO = "precision tf32, stride 1, an output as wide as the input, up to 65535 images"
+TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py)
+PRECISIONS = ("tf32",)  # what make_plan takes
+MAX_IMAGES = 65535  # the grid's second axis
+# The meta-parameters a launch may take: a tile of positions is whole 64-row MMAs of a warpgroup
+ALLOWED = {"BLOCK_M": (64, 128, 256), "BLOCK_N": (16, 32, 64, 128, 256), "BLOCK_K": (16, 32, 64), "num_warps": (4, 8)}
+ALLOWED_WHY = {"BLOCK_M": "positions a tile: whole 64-row MMAs", "BLOCK_N": "output channels a tile",
+               "BLOCK_K": "input channels a K step", "num_warps": "one or two warpgroups"}
+
+
+@triton.jit
+def _conv2d_nchw_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,  # w_ptr: a TMA descriptor of the packed weight as [C_OUT, K] (W_TMA), or the weight
+    C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+    HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, W_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    pid = tl.program_id(0)
+    n = tl.program_id(1)
+    OHW: tl.constexpr = OH * W  # the output is as wide as the input
+    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    pid_n = pid % TILES_N  # a position tile's C_out tiles side by side: they share its input rows in L2
+    pid_m = pid // TILES_N
+    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions in image n
+    m_mask = p < OHW
+    oh = p // W
+    ow = p % W
+    x_img = x_ptr + n.to(tl.int64) * (C * H * W)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < C_OUT
+    offs_k = tl.arange(0, BLOCK_K)
+    K_TOTAL: tl.constexpr = KH * KW * C
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(KH * KW * C_BLOCKS):  # pipelined num_stages deep
+        tap = t // C_BLOCKS
+        dr = (tap // KW) * DH - PH  # the tap's input row and column, relative to the output position's
+        ds = (tap % KW) * DW - PW
+        c = (t % C_BLOCKS) * BLOCK_K + offs_k
+        inside = m_mask & (oh + dr >= 0) & (oh + dr < H) & (ow + ds >= 0) & (ow + ds < W)
+        # p + dr·W + ds is the input position: positions contiguous in memory, one warp's loads 128 bytes
+        x = tl.load(x_img + (p + (dr * W + ds))[:, None] + c[None, :] * (H * W),
+                    mask=inside[:, None] & (c < C)[None, :], other=0.0)
+        a = round_tf32_even(x)  # in registers, where the MMA takes its A operand from; the weight was rounded packed
+        if W_TMA:  # past C the tile holds the next tap's weights, multiplied by A's zeros; past K, zeros
+            b = w_ptr.load([pid_n * BLOCK_N, tap * C + (t % C_BLOCKS) * BLOCK_K]).T
+        else:
+            b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
+                        mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="tf32")
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if OUT_CL:  # channels_last: a position's channels are contiguous
+        y_offs = (n.to(tl.int64) * OHW + p)[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = n.to(tl.int64) * (C_OUT * OHW) + p[:, None] + offs_n[None, :] * OHW
+    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    grid: tuple[int, int]  # (position tiles × channel tiles, images)
+    out_shape: tuple[int, int, int, int]
+    out_cl: bool
+    constexprs: dict
+    binary_key: tuple
+
+
+def check_meta(meta: Meta) -> None:
+    """ConfigError naming the first meta-parameter this kernel does not take (ALLOWED)."""
+    for key, allowed in ALLOWED.items():
+        if getattr(meta, key) not in allowed:
+            raise ConfigError(key, getattr(meta, key), f"one of {list(allowed)} for nchw_igemm ({ALLOWED_WHY[key]})")
+    if meta.num_stages < 1:
+        raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+    """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
+    take and what runs it instead."""
+    other = "; nhwc_igemm and implicit_gemm run any convolution"
+    if precision != "tf32":
+        raise UnsupportedProblem(f"nchw_igemm runs precision tf32 only (it rounds the input to TF32 as cuDNN does), got "
+                                 f"{precision!r}{other}")
+    if g.stride != (1, 1) or g.ow != g.w:
+        raise UnsupportedProblem(f"nchw_igemm takes stride 1 and an output as wide as the input (2*padding_w == "
+                                 f"dilation_w*(kernel_w-1)), got stride {list(g.stride)}, width {g.w} -> {g.ow}{other}")
+    if g.n > MAX_IMAGES:
+        raise UnsupportedProblem(f"nchw_igemm takes at most {MAX_IMAGES} images a call (its grid's second axis), got "
+                                 f"{g.n}{other}")
+    if max(g.c * g.h * g.w, g.c_out * g.oh * g.ow) >= 2**31:
+        raise UnsupportedProblem(f"nchw_igemm indexes an image in int32: its input and output must each have < 2**31 "
+                                 f"elements, got {g.c * g.h * g.w} and {g.c_out * g.oh * g.ow}{other}")
+    check_meta(meta)
+    cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, KH=g.kh, KW=g.kw, PH=g.padding[0], PW=g.padding[1],
+              DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias, OUT_CL=out_cl, W_TMA=tma_fits(g.c),
+              BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
+              num_stages=meta.num_stages)
+    grid = (triton.cdiv(g.oh * g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N), g.n)
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), out_cl, cx, tuple(sorted(cx.items())))
+
+
+def readable_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """The input as the kernel reads it: NCHW-contiguous. Any other input (channels_last) is copied, inside the call."""
+    return x.contiguous()
+
+
+def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
+    """The kernel's weight argument: a TMA descriptor of the packed weight as [C_out, K] (W_TMA), or the weight."""
+    if not cx["W_TMA"]:
+        return wp
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
+
+
+def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            level: str) -> Any:
+    return _conv2d_nchw_kernel[grid](x, _weight_arg(cx, wp), b, out, **cx, LLVM_OPT=level)
+
+
+# (binary key, device, alignments; grid) → (bound launch, compiled kernel, LLVM level): later calls of a binary go past
+# Triton's per-call dispatch (common.bound_runner)
+_bound: dict[tuple, tuple] = {}
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (`x` NCHW-contiguous, `out` in the plan's layout). Returns the compiled
+    kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    wp = packed_weight(weight, True)
+    b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
+    cx = plan.constexprs
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
+    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
+    bound = _bound.get((key, plan.grid))
+    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        launch_bound, compiled, level = bound
+        launch_bound(x, _weight_arg(cx, wp), b, out)
+        return compiled, level
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out), lambda: f"nchw_igemm {cx}")
+    with llvm_opt.compiling_at(level):
+        compiled = _launch(cx, plan.grid, x, wp, b, out, level)
+    launch_bound = bound_runner(compiled, plan.grid, _conv2d_nchw_kernel, 4, {**cx, "LLVM_OPT": level})
+    if launch_bound is not None:
+        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
+    return compiled, level
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
+    """Compile the binary at `level` and run it on one random image (the batch is the grid's, not the binary's)
+    against float64 (kernels/llvm_opt.py: why), with the real call's 16-byte alignments."""
+    cx = plan.constexprs
+    oh, ow = plan.out_shape[2:]
+    gen = torch.Generator(device=x.device).manual_seed(20261124)
+    xs = aligned_random((1, cx["C"], cx["H"], cx["W"]), x, gen)
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    shape = (1, oh, ow, cx["C_OUT"]) if plan.out_cl else (1, cx["C_OUT"], oh, ow)
+    outs = aligned_nan(shape, out)
+    with llvm_opt.compiling_at(level):
+        _launch(cx, (plan.grid[0], 1), xs, pack_weight(ws, True), bs if bs is not None else outs, outs, level)
+    outs = outs.permute(0, 3, 1, 2) if plan.out_cl else outs
+    return agrees(outs, xs, ws, bs, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), "tf32")
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
+                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    plan = make_plan(g, bias is not None, meta, precision, out is not None and writes_channels_last(out))
+    if out is None:
+        out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32)
+    else:
+        check_out(x, out, plan.out_shape, channels_last_ok=True)
+    return plan, out
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1) -> Launched:
+    """Check, allocate (unless `out` is given: NCHW or channels_last) and launch once. A channels_last input is copied
+    to NCHW inside this call (and so inside any timing of it)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+    compiled, level = run(plan, readable_input(x, plan), weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+             groups: int = 1) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional): the checks and the
+    plan here, once; the returned call copies a channels_last input to NCHW, and launches."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
+
+    def call() -> torch.Tensor:
+        run(plan, readable_input(x, plan), weight, bias, out)
+        return out
+    return call
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """One 256-wide tile of output channels where one covers them (vgg16_conv3_2's best on the H200, 0.3898 ms; M128-
+    N256-w8 0.4260; benchmarks/probe_nchw_direct.py, docs/evidence/h200_issue13_nchw_igemm.txt), else 128 wide
+    (alexnet_conv3/4's best tile width; none of them faster than the library's other paths); up to 128 channels one
+    tile of M128 (resnet50_layer2_3x3's best, 0.0916 ms at K16, 0.0924 at K32), 64 wide up to 64 channels (not measured:
+    half of a 128-wide tile would be zeros)."""
+    if out_channels > 128:
+        return Meta(BLOCK_M=64, BLOCK_N=256 if out_channels <= 256 else 128, BLOCK_K=32, num_warps=4, num_stages=3)
+    return Meta(BLOCK_M=128, BLOCK_N=128 if out_channels > 64 else 64, BLOCK_K=32, num_warps=4, num_stages=3)
+
+
+SOURCE_HASH = source_hash(_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx, pack_weight, tma_fits,
+                          check_meta, make_plan, readable_input, _weight_arg, _launch, run, bound_runner, _right_at,
+                          _checked_plan, launch, prepared, default_meta)
