@@ -49,7 +49,7 @@ from convtune.kernels.common import (
     source_hash,
     writes_channels_last,
 )
-from convtune.kernels.nhwc_igemm import pack_weight, packed_weight, tma_fits
+from convtune.kernels.nhwc_igemm import _weight_arg, pack_weight, packed_weight, tma_fits  # its weight operand
 from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
@@ -163,15 +163,6 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
 def readable_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     """The input as the kernel reads it: NCHW-contiguous. Any other input (channels_last) is copied, inside the call."""
     return x.contiguous()
-
-
-def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
-    """The kernel's weight argument: a TMA descriptor of the packed weight as [C_out, K] (W_TMA), or the weight."""
-    if not cx["W_TMA"]:
-        return wp
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
 
 
 def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
