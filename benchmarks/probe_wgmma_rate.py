@@ -1,7 +1,8 @@
 """Issue 13, session 21: how fast Hopper's TF32 wgmma runs with its A operand in registers (as fused_gluon, nchw_igemm
 and nhwc_igemm issue it) against A in shared memory, by the instruction's N and the MMAs issued between waits.
 
-Why: fused_gluon's window variant (benchmarks/probe_fused_window.py) issues 3x the MMAs a gather and ran only 3 % faster
+Why: fused_gluon's window variant (benchmarks/probe_fused_window.py of commit 84ce735; the library's kernel since
+session 22) issues 3x the MMAs a gather and ran only 3 % faster
 (0.313 against 0.323 ms on L1 #50), and with one warpgroup an SM as fast as the library's three (0.34 ms): about 48
 cycles an SM for each m64k8 instruction of N 64 or 32, which the nominal TF32 rate (494 TFLOP/s dense, 32 and 16
 cycles) does not explain. This times nothing but MMAs: WARPGROUPS warpgroups an SM (one 4-warp program each), each

@@ -56,7 +56,7 @@ for i in range(CASES):
         h, w = random.randint(max(1, kh - 2 * ph), 240), random.randint(max(1, kw - 2 * pw), 4 * 63 + kw - 2 * pw)
         if (h + 2 * ph - kh) // 4 + 1 >= 1 and 1 <= (w + 2 * pw - kw) // 4 + 1 <= 64:
             break
-    n, k, nwg = random.choice([1, 2, 3, 8]), random.choice([random.randint(1, 96), 96, 64, 65]), random.choice([2, 3])
+    n, k, nwg = random.choice([1, 2, 3, 8]), random.choice([random.randint(1, 96), 96, 64, 65]), random.choice([1, 2])
     x = torch.rand(n, 3, h, w, device="cuda")
     if i % 2:
         x = x.contiguous(memory_format=torch.channels_last)
@@ -67,7 +67,7 @@ for i in range(CASES):
           f"warpgroups {nwg}", x, wt, b, (ph, pw), nwg, fmt)
 conv = torch.nn.Conv2d(3, 96, 11, stride=4, padding=2).cuda()
 x = torch.rand(256, 3, 224, 224, device="cuda")
-for nwg in (2, 3):
+for nwg in (1, 2):
     check(f"L1 #50, warpgroups {nwg}", x, conv.weight.detach(), conv.bias.detach(), 2, nwg, torch.contiguous_format,
           judge=True)
 for b_ in bad:

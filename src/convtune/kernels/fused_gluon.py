@@ -7,23 +7,30 @@ and input column t, so each warp load of the A operand is 32 consecutive floats 
 from global memory (through L1) straight into the MMA's registers, rounded to TF32 there with fold_igemm's rounding
 (ties away, as cuDNN rounds on these layers), and never passes through shared memory. The folded, rounded weight
 stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded once by TMA; a persistent program an SM
-runs 2 or 3 MMA warpgroups (num_stages) on alternate output rows of a contiguous range, each gathering the next
-tap while its MMAs run, the rows' first input rows prefetched into L2 two rows ahead; the SM's shared-memory
-carveout is set to 75 % so that L1 keeps the input rows the warpgroups share. The products and their order are
-fold_igemm's: on L1 #50 the output is fold_igemm's bit for bit.
+runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since session 22 a
+warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and feeds
+the three output rows that read it (18 MMAs a gather instead of 6), its next rows prefetched into L2, and an NCHW
+output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). The SM's shared-memory carveout is
+set to 75 % so that L1 keeps the input rows. The products and their order are fold_igemm's: the output is
+fold_igemm's bit for bit.
 
 Measured on the H200 (benchmarks/probe_fused_gluon.py, docs/evidence/h200_issue13_fused_gluon.txt, session 17): the
 whole L1 #50 call 0.3445 ms with 3 MMA warpgroups, against 0.3985 for fold_igemm at its pin in the same run; 2
 warpgroups 0.350; without the carveout 0.354 (3); NCU: latency-bound (issue slots 37-45 %, L1TEX scoreboard 31 %
-of a warp's cycles). Session 19 (benchmarks/probe_fused_gluon_hints.py, docs/evidence/h200_issue13_fused_gluon_hints.txt):
-the output stores marked evict_first and the L2 prefetch one of the warpgroup's rows ahead instead of two, 0.3225 ms
-against 0.3459 for the kernel before, the outputs bit for bit the same. What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability
-9.0: wgmma, TMA), precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded
-taps: the weight must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output
-channels (two MMAs of 64 and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and
-num_warps 4 (a warpgroup) are fixed by that design; num_stages is the number of MMA warpgroups, 2 or 3 (the rows in
-flight an SM: Gluon's kernels are not software-pipelined by stages, and the register file allows at most three
-warpgroups at 168 registers).
+of a warp's cycles). Session 19 (benchmarks/probe_fused_gluon_hints.py,
+docs/evidence/h200_issue13_fused_gluon_hints.txt): the output stores marked evict_first and the L2 prefetch one of the
+warpgroup's rows ahead instead of two, 0.3225 ms against 0.3459 for the kernel before, the outputs bit for bit the
+same. Session 21 (a probe, benchmarks/probe_fused_window.py of commit 84ce735;
+docs/evidence/h200_issue13_fused_window.txt): the window with the stores by channel, 0.2869-0.2891 ms against
+0.3212-0.3260 for the one-row kernel in the same runs, the output bit for bit the same.
+
+What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability 9.0: wgmma, TMA),
+precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
+must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output channels (two MMAs of 64
+and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and num_warps 4 (a warpgroup) are
+fixed by that design; num_stages is the number of MMA warpgroups, 1 or 2 (the windows in flight an SM: Gluon's
+kernels are not software-pipelined by stages, and a window's six accumulators take 144 registers a thread: three
+warpgroups at 168 spill).
 """
 
 from __future__ import annotations
@@ -65,13 +72,16 @@ COMPUTE_CAPABILITY = (9, 0)  # what require_hopper asks for: wgmma and TMA
 STRIDE = (4, 4)  # a K step of 16 is one channel's 4 × 4 window
 CHANNELS = 3
 MAX_TAPS = 3  # folded taps a side: the weight's 27 K steps × 96 columns (162 KB) resident in shared memory
+WINDOW_ROWS = 3  # the folded kernel's rows as the kernel takes it: its window's accumulators (zero rows below a kernel
+#                  of 8 rows or fewer: a kernel of 4 rows computes 3x its MMAs, one of 8 1.5x)
+MAX_ROWS = 2**20  # N·OH: a warpgroup's share lo = wg·N·OH // warpgroups is int32 for up to 1024 SMs × 2 warpgroups
 MAX_OW = 64  # a tile is one output row in a 64-row MMA
 MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
 COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
-# Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 8 warps and 170
-# for 12; at 168 triton 3.6's ptxas spills 18 instructions and the call is still the fastest (0.3445 against 0.350
-# at two warpgroups, session 17)
-REGISTERS = {2: 240, 3: 168}
+# Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 4 warps (255
+# the most ptxas gives) and 8 for 8 warps less what the program's other warps take; the window compiled with no spills
+# at both (session 21; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31)
+REGISTERS = {1: 255, 2: 240}
 # The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
 # memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50
 # 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, session 17)
@@ -81,7 +91,7 @@ FIXED = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4}
 FIXED_WHY = {"BLOCK_M": "a tile is one output row, the M of one warpgroup's MMA",
              "BLOCK_N": "the output channels as two MMAs of 64 and 32 columns",
              "BLOCK_K": "a K step is one channel's 4 × 4 window",
-             "num_warps": "a warpgroup; num_stages sets how many MMA warpgroups run"}
+             "num_warps": "a warpgroup; num_stages sets how many MMA warpgroups run, 1 or 2"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ class LaunchPlan:
 
     out_shape: tuple[int, int, int, int]
     n_rows: int  # output rows of the batch, N·OH: the work the persistent programs share
-    taps: tuple[int, int]  # the folded kernel, KHF × KWF
+    taps: tuple[int, int]  # the folded kernel as packed, WINDOW_ROWS × KWF
     out_cl: bool
     constexprs: dict
     binary_key: tuple
@@ -104,7 +114,7 @@ def check_meta(meta: Meta) -> None:
             raise ConfigError(key, getattr(meta, key), f"{value} for fused_gluon ({FIXED_WHY[key]})")
     if meta.num_stages not in REGISTERS:
         raise ConfigError("num_stages", meta.num_stages, f"one of {sorted(REGISTERS)} for fused_gluon (its MMA "
-                          "warpgroups: the output rows in flight an SM)")
+                          "warpgroups: the windows in flight an SM; three spill)")
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
@@ -124,12 +134,12 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
                                  f"and {g.c_out}{other}")
     check_meta(meta)
     n_rows = g.n * g.oh
-    if n_rows * 1024 >= 2**31:  # lo = pid·n_rows // programs in int32, for up to 1024 SMs
-        raise UnsupportedProblem(f"fused_gluon: {n_rows} output rows (N·OH); int32 indexing allows < 2**21")
+    if n_rows >= MAX_ROWS:
+        raise UnsupportedProblem(f"fused_gluon: {n_rows} output rows (N·OH); its int32 indexing allows < 2**20{other}")
     cx = dict(NWG=meta.num_stages, REGS=REGISTERS[meta.num_stages], C=g.c, H=g.h, W=g.w, OH=g.oh, OW=g.ow,
-              C_OUT=g.c_out, PH=g.padding[0], PW=g.padding[1], SH=STRIDE[0], SW=STRIDE[1], KHF=khf, KWF=kwf,
+              C_OUT=g.c_out, PH=g.padding[0], PW=g.padding[1], SH=STRIDE[0], SW=STRIDE[1], KHF=WINDOW_ROWS, KWF=kwf,
               HAS_BIAS=has_bias, OUT_CL=out_cl)
-    return LaunchPlan((g.n, g.c_out, g.oh, g.ow), n_rows, (khf, kwf), out_cl, cx, tuple(sorted(cx.items())))
+    return LaunchPlan((g.n, g.c_out, g.oh, g.ow), n_rows, (WINDOW_ROWS, kwf), out_cl, cx, tuple(sorted(cx.items())))
 
 
 def pack_weight(weight: torch.Tensor, taps: tuple[int, int]) -> torch.Tensor:
@@ -290,9 +300,9 @@ def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The one configuration class: three MMA warpgroups, L1 #50's best on the H200 (0.3445 ms against 0.350 at two;
-    benchmarks/probe_fused_gluon.py, session 17)."""
-    return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4, num_stages=3)
+    """The one configuration class: two MMA warpgroups, L1 #50's best on the H200 (the window 0.3116-0.3124 ms against
+    0.3408-0.3425 with one; the probe benchmarks/probe_fused_window.py of commit 84ce735, session 21)."""
+    return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4, num_stages=2)
 
 
 def _kernel_source() -> str:

@@ -2,7 +2,8 @@
 
 Imported only when a launch needs it (fused_gluon._kernel_module): Gluon compiles for NVIDIA GPUs only and the Triton
 interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 3 input channels: a K step of 16 is
-one channel's 4 input rows × 4 columns, the tile one output row of at most 64 columns, the output channels 64 + 32.
+one channel's 4 input rows × 4 columns, the tile one output row of at most 64 columns, the output channels 64 + 32,
+the folded kernel 3 rows (the window's three accumulators; smaller kernels are folded with zero rows to 3).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one war
 BLOCK_K = gl.constexpr(16)  # a K step: one input channel's SH × SW = 4 × 4 window
 N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand (tensor shapes are powers of two)
 N2 = gl.constexpr(32)
+# Folded input rows ahead of the window that the L2 prefetch asks for: on L1 #50 2 ahead 0.2869-0.2891 ms, 0 ahead
+# 0.2868-0.2931 (the same within noise), with the stores by channel; without them 1 ahead 0.3131, 2 ahead 0.3116-0.3124,
+# none 0.3140-0.3145 (the probe benchmarks/probe_fused_window.py of commit 84ce735, session 21)
+AHEAD = gl.constexpr(2)
 
 
 @gluon.jit
@@ -30,39 +35,34 @@ def _round_tf32(v):
 
 
 @gluon.jit
-def _prefetch_rows(x_ptr, row, n_rows, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr,
-                   PH: gl.constexpr, SH: gl.constexpr, KHF: gl.constexpr):
-    """Into L2, the input rows that output row `row` is the first to read (its last folded kernel row's SH input rows
-    of every channel: 3 × 4 rows of 896 B for L1 #50), one 128-byte line a thread of the warpgroup. -2 % on L1 #50
-    (session 17) two of the warpgroup's rows ahead; one row ahead, with the stores hinted, -4.8 % more (0.3387 → 0.3225
-    ms; row + 0, 1, 2 within 0.3 % of it, two rows 0.3387, three 0.3540; benchmarks/probe_fused_gluon_hints.py,
-    session 19)."""
+def _prefetch_folded(x_ptr, img, f, live, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, PH: gl.constexpr,
+                     SH: gl.constexpr):
+    """Into L2, folded input row f of image img (its SH input rows of every channel: 3 × 4 rows of 896 B for L1 #50),
+    one 128-byte line a thread of the warpgroup."""
     LINES: gl.constexpr = (W * 4 + 127) // 128
     gl.static_assert(C * SH * LINES <= 128, "one line a thread")
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     line = gl.arange(0, 128, layout=layout)
     c = line // (SH * LINES)
-    h = SH * (row % OH + KHF - 1) - PH + (line // LINES) % SH
-    ok = (line < C * SH * LINES) & (h >= 0) & (h < H) & (row < n_rows)
-    at = gl.where(ok, ((row // OH).to(gl.int64) * C + c) * (H * W) + h * W + (line % LINES) * 32, 0)
+    h = SH * f - PH + (line // LINES) % SH
+    ok = (line < C * SH * LINES) & (h >= 0) & (h < H) & live
+    at = gl.where(ok, (img.to(gl.int64) * C + c) * (H * W) + h * W + (line % LINES) * 32, 0)
     gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [x_ptr + at], dtype=gl.int32,
                               is_pure=False, pack=1)
 
 
 @gluon.jit
-def _gather(x_at, col, rows_r, row, tap, live, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr,
-            PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
-    """The A operand of folded tap `tap` (row a = tap // KWF, column b = tap % KWF) for output row `row`, as C K steps
-    of 16 (one a channel) in the MMA's register layout: element [ow, 4r + s] of step c is
-    x[c, SH·(oh + a) + r - PH, SW·(ow + b) + s - PW], zero outside the input. `x_at` = x + r·W + SW·ow + s (pointers
-    made once: a tap adds a scalar, where int32 offsets cost ptxas twelve instructions a pointer), `col` = SW·ow + s -
-    PW (past W where ow ≥ OW), `rows_r` = r; `live`: the row is the program's (a gather ahead may run past its range)."""
-    a = tap // KWF
-    b = tap % KWF
-    h0 = SH * (row % OH + a) - PH
+def _gather(x_at, col, rows_r, img, f, b, live, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr,
+            PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+    """Folded input row f, tap column b of image img as C K steps of 16 (one a channel) in the MMA's register layout:
+    element [ow, 4r + s] of step c is x[img, c, SH·f + r - PH, SW·(ow + b) + s - PW], zero outside the input. `x_at`
+    = x + r·W + SW·ow + s (pointers made once: a gather adds a scalar, where int32 offsets cost ptxas twelve
+    instructions a pointer), `col` = SW·ow + s - PW (past W where ow ≥ OW), `rows_r` = r; `live`: the gather is the
+    warpgroup's (one ahead may run past its range)."""
+    h0 = SH * f - PH
     w_at = col + SW * b
     keep = (w_at >= 0) & (w_at < W) & (rows_r + h0 >= 0) & (rows_r + h0 < H) & live
-    p = x_at + ((row // OH).to(gl.int64) * (C * H * W) + (h0 * W + SW * b - PW))
+    p = x_at + (img.to(gl.int64) * (C * H * W) + (h0 * W + SW * b - PW))
     a0 = gl.load(p, mask=keep, other=0.0)
     a1 = gl.load(p + H * W, mask=keep, other=0.0)
     a2 = gl.load(p + 2 * H * W, mask=keep, other=0.0)
@@ -70,26 +70,82 @@ def _gather(x_at, col, rows_r, row, tap, live, C: gl.constexpr, H: gl.constexpr,
 
 
 @gluon.jit
-def _rows(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
-          C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr, C_OUT: gl.constexpr,
-          PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KHF: gl.constexpr,
-          KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
-    """MMA warpgroup WHO of NWG: output rows lo + WHO, lo + WHO + NWG, ... of this program's range [lo, hi) of the
-    batch's N·OH rows, so that the input rows a row shares with the next stay in L1. Each tap's gather is issued while
-    the previous tap's MMAs run (the last tap's gathers the next row's first); each tap then waits for its MMAs:
-    MMAs left running across the loop's back edge gave wrong results (the loop-carried A registers are not those the
-    MMAs read; session 17)."""
+def _store_row(y_ptr, b_ptr, acc, acc2, img, oh, ok, mma: gl.constexpr, mma2: gl.constexpr, OH: gl.constexpr,
+               OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """Output row oh of image img into a channels_last output [N, OH, OW, C_OUT] (the row's OW·C_OUT floats are
+    contiguous), from the MMA layout, plus the bias; nothing unless `ok`. The output (297 MB on L1 #50) is marked to
+    leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 → 0.3387 ms; streaming
+    .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py, session 19)."""
+    on = gl.arange(0, N1, layout=gl.SliceLayout(0, mma))
+    om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma)), 1)
+    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, mma2))
+    om2 = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma2)), 1)
+    if HAS_BIAS:
+        acc = acc + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
+        acc2 = acc2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
+    y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + oh * (OW * C_OUT))
+    gl.store(y_row + om * C_OUT + gl.expand_dims(on, 0), acc, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
+             eviction_policy="evict_first")
+    gl.store(y_row + om2 * C_OUT + gl.expand_dims(on2, 0), acc2,
+             mask=(om2 < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok, eviction_policy="evict_first")
+
+
+@gluon.jit
+def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr, OW: gl.constexpr,
+                          C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """Output row oh of image img into an NCHW output, plus the bias, from a layout whose warps store 32 consecutive
+    columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store covers 8 columns of 4
+    channels, 4 partial lines), the accumulators converted through shared memory; nothing unless `ok`. With the window
+    -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 % (0.3219-0.3238 →
+    0.3194-0.3200; the probe benchmarks/probe_fused_window.py --store / --library-store of commit 84ce735, session
+    21). Marked evict_first as _store_row."""
+    OHW: gl.constexpr = OH * OW
+    st: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
+    a = gl.convert_layout(acc, st)
+    a2 = gl.convert_layout(acc2, st)
+    on = gl.arange(0, N1, layout=gl.SliceLayout(0, st))
+    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, st))
+    om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, st)), 1)
+    if HAS_BIAS:
+        a = a + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
+        a2 = a2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
+    y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OHW) + oh * OW)
+    gl.store(y_row + gl.expand_dims(on, 0) * OHW + om, a, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
+             eviction_policy="evict_first")
+    gl.store(y_row + gl.expand_dims(on2, 0) * OHW + om, a2, mask=(om < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok,
+             eviction_policy="evict_first")
+
+
+@gluon.jit
+def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
+            C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr,
+            C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+            KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
+    """MMA warpgroup WHO of NWG: the contiguous range [lo, hi) of the batch's N·OH output rows that is its share, in
+    bands that end at an image's last row or the range's end, each band walked down with a window of three rows.
+
+    Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
+    f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
+    that reads it, as before session 22, it fed 6, and the gathers bounded the call). After folded row f's KWF
+    columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band's first two steps
+    compute the partial rows above it and its last two those below it, which are dropped (2 steps of MMAs a band).
+    Each row's products are summed in the order (tap row, tap column, channel), as fold_igemm sums them: the output is
+    fold_igemm's bit for bit. Each column's gather is issued while the previous column's MMAs run (the band's last
+    gather the next band's first), and each column then waits for its MMAs: MMAs left running across the loop's back
+    edge gave wrong results (the loop-carried A registers are not those the MMAs read; session 17). Measured on L1 #50
+    (H200, the probe benchmarks/probe_fused_window.py of commit 84ce735, session 21): 0.3116-0.3174 ms with two
+    warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
+    warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
+    and take 0.77."""
     gl.static_assert(C == 3, "the gather names three channels' K steps")
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 8])
     mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, 8])
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     dot_a2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma2, k_width=1)
-    TAPS: gl.constexpr = KHF * KWF
-    OHW: gl.constexpr = OH * OW
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    lo = (pid * n_rows) // nprog
-    hi = ((pid + 1) * n_rows) // nprog
+    wg = gl.program_id(0) * NWG + WHO
+    n_wg = gl.num_programs(0) * NWG
+    lo = (wg * n_rows) // n_wg
+    hi = ((wg + 1) * n_rows) // n_wg
 
     ow = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dot_a)), 1)
     k = gl.expand_dims(gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, dot_a)), 0)
@@ -97,65 +153,81 @@ def _rows(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, 
     x_at = x_ptr + (rows_r * W + SW * ow + k % SW)
     col = gl.where(ow < OW, SW * ow + k % SW - PW, W + 2 * SW * KWF)  # ow past the image: past W for every tap
 
-    on = gl.arange(0, N1, layout=gl.SliceLayout(0, mma))
-    om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma)), 1)
-    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, mma2))
-    om2 = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma2)), 1)
-    if HAS_BIAS:
-        bias = gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
-        bias2 = gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
-    if OUT_CL:  # [N, OH, OW, C_OUT]: a row's outputs are OW·C_OUT consecutive floats
-        out_at = om * C_OUT + gl.expand_dims(on, 0)
-        out_at2 = om2 * C_OUT + gl.expand_dims(on2, 0)
-    else:  # [N, C_OUT, OH, OW]
-        out_at = gl.expand_dims(on, 0) * OHW + om
-        out_at2 = gl.expand_dims(on2, 0) * OHW + om2
-    out_keep = (om < OW) & gl.expand_dims(on < C_OUT, 0)
-    out_keep2 = (om2 < OW) & gl.expand_dims(on2 < C_OUT, 0)
-
     mbarrier.wait(wbar.index(0), 0)  # the weight is resident
-    row = lo + WHO
-    c0, c1, c2 = _gather(x_at, col, rows_r, gl.minimum(row, n_rows - 1), 0, row < hi, C, H, W, OH, PH, PW, SH, SW,
-                         KWF)
-    while row < hi:
-        _prefetch_rows(x_ptr, row + NWG, n_rows, C, H, W, OH, PH, SH, KHF)  # this warpgroup's next row
-        acc = gl.zeros([BLOCK_M, N1], gl.float32, mma)
-        acc2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
-        for tap in range(TAPS):
-            g_row = row + (tap + 1 >= TAPS).to(gl.int32) * NWG  # the gather ahead: past the last tap, the next row
-            m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_row, n_rows - 1), (tap + 1) % TAPS, g_row < hi, C,
-                                 H, W, OH, PH, PW, SH, SW, KWF)
-            a0 = _round_tf32(c0)
-            a1 = _round_tf32(c1)
-            a2 = _round_tf32(c2)
-            # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
-            b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
-            b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
-            b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
-            acc = warpgroup_mma(a0, w1_res.index(tap * C).permute((1, 0)), acc, is_async=True)
-            acc2 = warpgroup_mma(b0, w2_res.index(tap * C).permute((1, 0)), acc2, is_async=True)
-            acc = warpgroup_mma(a1, w1_res.index(tap * C + 1).permute((1, 0)), acc, is_async=True)
-            acc2 = warpgroup_mma(b1, w2_res.index(tap * C + 1).permute((1, 0)), acc2, is_async=True)
-            acc = warpgroup_mma(a2, w1_res.index(tap * C + 2).permute((1, 0)), acc, is_async=True)
-            acc2 = warpgroup_mma(b2, w2_res.index(tap * C + 2).permute((1, 0)), acc2, is_async=True)
-            acc, acc2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(0, deps=(acc, acc2, a0, a1, a2, b0, b1, b2))
-            c0 = m0
-            c1 = m1
-            c2 = m2
-        if HAS_BIAS:
-            acc = acc + bias
-            acc2 = acc2 + bias2
-        img = (row // OH).to(gl.int64) * (C_OUT * OHW)
-        if OUT_CL:
-            y_row = y_ptr + (img + (row % OH) * (OW * C_OUT))
-        else:
-            y_row = y_ptr + (img + (row % OH) * OW)
-        # the output (297 MB on L1 #50) marked to leave L2 first, so that it evicts less of the input rows the next
-        # output rows read: -2 % (0.3454 → 0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %;
-        # benchmarks/probe_fused_gluon_hints.py, session 19)
-        gl.store(y_row + out_at, acc, mask=out_keep, eviction_policy="evict_first")
-        gl.store(y_row + out_at2, acc2, mask=out_keep2, eviction_policy="evict_first")
-        row += NWG
+    r = lo
+    c0, c1, c2 = _gather(x_at, col, rows_r, gl.minimum(r, n_rows - 1) // OH, r % OH, 0, r < hi, C, H, W, PH, PW,
+                         SH, SW)
+    while r < hi:
+        img = r // OH
+        oh0 = r % OH
+        end = gl.minimum(hi, (img + 1) * OH)  # the band: rows r .. end - 1, one image's
+        acc_a = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f - 2 (its two column tiles)
+        acc_a2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        acc_b = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f - 1
+        acc_b2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        acc_c = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f
+        acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        steps = end - r + 2
+        for i in range(steps):
+            f = oh0 + i
+            _prefetch_folded(x_ptr, img, f + AHEAD, i + AHEAD < steps, C, H, W, PH, SH)
+            for b in range(KWF):
+                # the gather ahead: this folded row's next column, the next folded row's first, or the next band's
+                # first (where the band ends before the range does, the next image's row 0)
+                last_b = b + 1 >= KWF
+                wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
+                g_img = img + wrap * (end // OH - img)
+                g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
+                # (the image clamped in the loop, as the session 21 probe did: with N - 1 hoisted out of the loop the
+                # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
+                # instructions of a kind; session 22)
+                m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
+                                     (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
+                a0 = _round_tf32(c0)
+                a1 = _round_tf32(c1)
+                a2 = _round_tf32(c2)
+                # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
+                b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
+                b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
+                b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
+                ta = (2 * KWF + b) * C  # tap (2, b): row f - 2
+                tb = (KWF + b) * C  # tap (1, b): row f - 1
+                tc = b * C  # tap (0, b): row f
+                acc_a = warpgroup_mma(a0, w1_res.index(ta).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a0, w1_res.index(tb).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a0, w1_res.index(tc).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
+                acc_a = warpgroup_mma(a1, w1_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a1, w1_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a1, w1_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
+                acc_a = warpgroup_mma(a2, w1_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a2, w1_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a2, w1_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
+                acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
+                    0, deps=(acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2))
+                c0 = m0
+                c1 = m1
+                c2 = m2
+            # row f - 2 has all its taps from the band's third step on: store it, move the window down a row
+            if OUT_CL:
+                _store_row(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, mma, mma2, OH, OW, C_OUT, HAS_BIAS)
+            else:
+                _store_row_by_channel(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, OH, OW, C_OUT, HAS_BIAS)
+            acc_a = acc_b
+            acc_a2 = acc_b2
+            acc_b = acc_c
+            acc_b2 = acc_c2
+            acc_c = gl.zeros([BLOCK_M, N1], gl.float32, mma)
+            acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        r = end
 
 
 @gluon.jit
@@ -165,8 +237,11 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
                                SW: gl.constexpr, KHF: gl.constexpr, KWF: gl.constexpr, HAS_BIAS: gl.constexpr,
                                OUT_CL: gl.constexpr, LLVM_OPT: gl.constexpr):
     """A persistent program an SM: the packed weight [C_out, K] loaded once by TMA into shared memory as K steps of 16,
-    in columns N1 + N2, then NWG MMA warpgroups on the program's output rows (_rows). LLVM_OPT: the level the binary
-    is compiled at (kernels/llvm_opt; a constexpr so that levels never share a cache entry)."""
+    in columns N1 + N2, then NWG MMA warpgroups (1 or 2: three spill) each on its share of the output rows (_window).
+    LLVM_OPT: the level the binary is compiled at (kernels/llvm_opt; a constexpr so that levels never share a cache
+    entry)."""
+    gl.static_assert(KHF == 3, "the window holds three rows: smaller kernels are folded with zero rows to 3")
+    gl.static_assert(NWG <= 2, "one or two MMA warpgroups: three spill (168 registers a thread)")
     KSTEPS: gl.constexpr = KHF * KWF * C
     w1_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N1, BLOCK_K], w1_desc.layout)
     w2_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N2, BLOCK_K], w2_desc.layout)
@@ -176,24 +251,18 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
     for t in gl.static_range(KSTEPS):
         _tma_load(w1_desc, [0, t * BLOCK_K], wbar.index(0), w1_res.index(t))
         _tma_load(w2_desc, [N1, t * BLOCK_K], wbar.index(0), w2_res.index(t))
-    # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _rows as
-    # runtime values and its static_assert fails to compile (triton 3.6)
-    if NWG == 2:
-        gl.warp_specialize([
-            (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                     SW, KHF, KWF, HAS_BIAS, OUT_CL)),
-            (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 1, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                     SW, KHF, KWF, HAS_BIAS, OUT_CL)),
-        ], [4], [REGS])
+    if NWG == 1:
+        _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH, SW,
+                KWF, HAS_BIAS, OUT_CL)
     else:
+        # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _window
+        # as runtime values and its static_assert fails to compile (triton 3.6)
         gl.warp_specialize([
-            (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                     SW, KHF, KWF, HAS_BIAS, OUT_CL)),
-            (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 1, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                     SW, KHF, KWF, HAS_BIAS, OUT_CL)),
-            (_rows, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 2, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                     SW, KHF, KWF, HAS_BIAS, OUT_CL)),
-        ], [4, 4], [REGS, REGS])
+            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
+                       SW, KWF, HAS_BIAS, OUT_CL)),
+            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 1, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
+                       SW, KWF, HAS_BIAS, OUT_CL)),
+        ], [4], [REGS])
 
 
 def weight_layouts() -> tuple:
