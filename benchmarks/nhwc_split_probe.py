@@ -1,0 +1,553 @@
+"""Issue 13, session 23 (a probe, not in the library): src/convtune/kernels/nhwc_igemm.py of commit 1f9b19a with its last
+wave split along K (stream-K). The kernel's time steps with whole waves of tiles (benchmarks/probe_waves.py); here the
+programs below DP_TILES run one tile each, and the last wave's SK_WORKERS programs share the K steps of the last
+SK_TILES tiles evenly; the last part of a split tile to arrive (an atomic count) sums the parts in worker order and
+writes the tile. split_schedule picks the split from the binary's resident programs (the driver's occupancy x SMs).
+
+Why it stayed out of the library (docs/PERFORMANCE.md, session 23; docs/evidence/h200_issue13_split.txt):
+- on the H200 it was faster only where one program fills an SM (M128-N256-w8-s4: alexnet_conv5 0.2354 -> 0.2214 ms,
+  its NCHW route 0.885x -> 0.928x cuDNN's best layout; alexnet_conv2 0.7331 -> 0.6619) and 4-9 % slower at two programs
+  an SM (alexnet_conv3/conv4 at M128-N128-w4-s3), where a lone program in a part-empty last wave runs faster;
+- its kernel, with the split path compiled in, ran unsplit up to 39 % slower than the library's on
+  resnet50_layer2_3x3 (0.0731 against 0.0644 ms at its batch 64) and 9.5 % on alexnet_conv2 (0.7331 against 0.6693);
+- at M64-N256-K32-w4-s3, with the weight through TMA and the A tiles rounded in the kernel, its split sums came out
+  wrong, differently from launch to launch (benchmarks/check_nhwc_split.py case 42; alexnet_conv5 at that tile in 12
+  of 12 launches), and right with the weight by tl.load, with the input rounded first, and at M64-N128 or
+  M128-N256-w8 (benchmarks/debug_split.py: 12 of 12 each); right in the interpreter. A barrier after the count's
+  broadcast, volatile loads of the parts and barriers around each part did not cure it; the K loop unpipelined did
+  (5 of 5). Cause not found: the parts re-enter the pipelined K loop and its TMA barriers within one program, which the
+  unsplit kernel never does.
+
+The library kernel's own description follows.
+
+`nhwc_igemm` (first version, issue 13): the implicit GEMM over channels_last tensors, for stride-1 layers.
+
+M = output positions of all images (N·OH·OW, contiguous in NHWC), N = C_out, K = KH·KW·C_in ordered tap by tap
+with the input channels innermost. In NHWC both GEMM operands are then K-major: an A tile is BLOCK_M rows of
+BLOCK_K consecutive channels of one tap, a B tile BLOCK_N output channels of the weight in [C_out, KH, KW, C_in]
+order (a channels_last weight's own memory). That is the operand order Hopper's wgmma takes for TF32 (its
+transpose exists for 16-bit types only), and the loads are contiguous 16-byte vectors where C_in % 4 == 0.
+The output is written channels_last (each row's BLOCK_N channels contiguous), or NCHW where the caller's
+`out` is (each channel's BLOCK_M positions contiguous).
+
+The weight tiles come through a TMA descriptor where the weight's rows allow one (launch: weight_tma).
+The K loop runs over taps × channel blocks (`range`, pipelined num_stages deep); a channel block past C_in is
+masked. The grid is 1-D in groups of GROUP_M row tiles per column tile, so that neighbouring programs share
+their weight tile and input rows in L2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import UnsupportedProblem
+from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
+                                     geometry, source_hash, writes_channels_last)
+from convtune.kernels import layout, llvm_opt
+from convtune.kernels.layout import to_channels_last
+from convtune.kernels.precision import (dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
+                                        round_to_tf32_even, rounds_operands)
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+
+GROUP_M = 8
+# How `tf32` breaks rounding ties: to even, as cuDNN does on the stride-1 layers this kernel serves (kernels/precision.py;
+# resnet50_layer1_1x1 3.1e-6 from cuDNN that way, 1.9e-4 with ties away, which failed KernelBench's allclose)
+TF32_TIES = "even"
+
+
+@triton.jit
+def _tile_at(tile, M, C_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    """Tile number → (row tile, column tile), in groups of GROUP row tiles per column tile, so that neighbouring
+    tiles share their weight tile and input rows in L2."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    per_group = GROUP * TILES_N
+    first_m = (tile // per_group) * GROUP
+    group_rows = tl.minimum(tiles_m - first_m, GROUP)
+    return first_m + (tile % per_group) % group_rows, (tile % per_group) // group_rows
+
+
+@triton.jit
+def _tile_sum(
+    x_ptr, w_ptr, pid_m, pid_n, M, k_lo, k_hi,
+    C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+    KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    DH: tl.constexpr, DW: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, W_TMA: tl.constexpr,
+    K_TOTAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """A tile's products over K steps k_lo to k_hi (a K step: BLOCK_K channels of one tap)."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    OHW: tl.constexpr = OH * OW
+    img = offs_m // OHW
+    p = offs_m % OHW
+    ih0 = (p // OW) * SH - PH
+    iw0 = (p % OW) * SW - PW
+    x_rows = x_ptr + img.to(tl.int64) * (H * W * C)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < C_OUT
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    offs_k = tl.arange(0, BLOCK_K)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(k_lo, k_hi):  # pipelined num_stages deep
+        tap = t // C_BLOCKS
+        c = (t % C_BLOCKS) * BLOCK_K + offs_k
+        ih = ih0 + (tap // KW) * DH
+        iw = iw0 + (tap % KW) * DW
+        inside = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_rows[:, None] + ((ih * W + iw) * C)[:, None] + c[None, :],
+                    mask=inside[:, None] & (c < C)[None, :], other=0.0)
+        if ROUND_A:  # to nearest TF32 as cuDNN does here (TF32_TIES); the weights were rounded once, when packed
+            a = round_tf32_even(a)
+        if W_TMA:  # past C the tile holds the next tap's weights, multiplied by A's zeros; past K, zeros
+            b = w_ptr.load([pid_n * BLOCK_N, tap * C + (t % C_BLOCKS) * BLOCK_K]).T
+        else:
+            b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
+                        mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _store_tile(acc, b_ptr, y_ptr, pid_m, pid_n, M, C_OUT: tl.constexpr, OHW: tl.constexpr, HAS_BIAS: tl.constexpr,
+                OUT_CL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < C_OUT
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if OUT_CL:  # channels_last: a row's channels are contiguous
+        y_offs = offs_m.to(tl.int64)[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = ((offs_m // OHW).to(tl.int64) * (C_OUT * OHW) + offs_m % OHW)[:, None] + offs_n[None, :] * OHW
+    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _first_worker(it, start, total, workers):
+    """The stream-K worker whose share of the split K steps holds step `it` (shares: split_schedule)."""
+    return ((it - start + 1) * workers - 1) // total
+
+
+# M and the schedule are not specialised: one binary for every batch, which the one-time check (batch 1) checks
+@triton.jit(do_not_specialize=["M", "DP_TILES", "SK_TILES", "SK_WORKERS"])
+def _conv2d_nhwc_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,  # w_ptr: the packed weight, or a TMA descriptor of it as [C_OUT, K] (W_TMA)
+    ws_ptr, cnt_ptr,  # stream-K: partial tiles, 2 a worker, and a zeroed arrival count a split tile (_workspace)
+    M, DP_TILES, SK_TILES, SK_WORKERS,  # output rows; the schedule (split_schedule)
+    C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    DH: tl.constexpr, DW: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr, W_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    """Programs below DP_TILES compute one tile each. The SK_WORKERS programs after them (the last wave) share the
+    K steps of the last SK_TILES tiles evenly: a worker's share is a run of consecutive steps, which covers whole
+    tiles and parts of at most two. A part is stored to the workspace; the last part of a tile to arrive sums them
+    all in worker order (so the sum is the same whichever arrives last) and writes the tile."""
+    pid = tl.program_id(0)
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    STEPS: tl.constexpr = KH * KW * C_BLOCKS  # K steps a tile
+    K_TOTAL: tl.constexpr = KH * KW * C
+    if pid < DP_TILES:
+        pid_m, pid_n = _tile_at(pid, M, C_OUT, BLOCK_M, BLOCK_N, GROUP)
+        acc = _tile_sum(x_ptr, w_ptr, pid_m, pid_n, M, 0, STEPS, C, H, W, C_OUT, OH, OW, KW, SH, SW, PH, PW, DH, DW,
+                        PRECISION, ROUND_A, W_TMA, K_TOTAL, BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_tile(acc, b_ptr, y_ptr, pid_m, pid_n, M, C_OUT, OH * OW, HAS_BIAS, OUT_CL, BLOCK_M, BLOCK_N)
+    else:
+        worker = pid - DP_TILES
+        start = DP_TILES.to(tl.int64) * STEPS  # the split steps, numbered on from the whole tiles'
+        total = SK_TILES.to(tl.int64) * STEPS
+        it = start + worker * total // SK_WORKERS
+        end = start + (worker + 1) * total // SK_WORKERS
+        first = it
+        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        while it < end:
+            tile = (it // STEPS).to(tl.int32)
+            k_lo = (it - tile.to(tl.int64) * STEPS).to(tl.int32)
+            k_hi = tl.minimum(STEPS, k_lo + (end - it)).to(tl.int32)
+            pid_m, pid_n = _tile_at(tile, M, C_OUT, BLOCK_M, BLOCK_N, GROUP)
+            acc = _tile_sum(x_ptr, w_ptr, pid_m, pid_n, M, k_lo, k_hi, C, H, W, C_OUT, OH, OW, KW, SH, SW, PH, PW,
+                            DH, DW, PRECISION, ROUND_A, W_TMA, K_TOTAL, BLOCK_M, BLOCK_N, BLOCK_K)
+            if (k_lo == 0) & (k_hi == STEPS):  # a whole tile
+                _store_tile(acc, b_ptr, y_ptr, pid_m, pid_n, M, C_OUT, OH * OW, HAS_BIAS, OUT_CL, BLOCK_M, BLOCK_N)
+            else:  # slot 0: the part that opens this worker's share; 1: the part that closes it
+                slot = worker * 2 + (it != first).to(tl.int32)
+                tl.store(ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs, acc)
+                tl.debug_barrier()  # every thread's part stored before the arrival is counted
+                tile_lo = tile.to(tl.int64) * STEPS
+                w_first = _first_worker(tile_lo, start, total, SK_WORKERS)
+                w_last = _first_worker(tile_lo + STEPS - 1, start, total, SK_WORKERS)
+                arrived = tl.atomic_add(cnt_ptr + (tile - DP_TILES), 1, sem="acq_rel")
+                # One thread adds; the others read its result from shared memory after a barrier (PTX: atom; st.shared;
+                # bar.sync; ld.shared). This barrier keeps a warp ahead from overwriting that word before a warp behind
+                # has read it. Added against the wrong sums at M64-N256-w4-s3; it did not cure them
+                tl.debug_barrier()
+                if arrived == w_last - w_first:  # the others' parts are all stored
+                    total_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    for w in range(w_first, w_last + 1):
+                        w_start = start + w * total // SK_WORKERS
+                        w_slot = w * 2 + (w_start < tile_lo).to(tl.int32)  # began in an earlier tile: its closing
+                        total_acc += tl.load(ws_ptr + w_slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs,
+                                             cache_modifier=".cg")  # from L2: other SMs wrote them
+                    tl.store(cnt_ptr + (tile - DP_TILES), 0)  # zero for the next launch
+                    _store_tile(total_acc, b_ptr, y_ptr, pid_m, pid_n, M, C_OUT, OH * OW, HAS_BIAS, OUT_CL,
+                                BLOCK_M, BLOCK_N)
+            it += k_hi - k_lo
+
+
+def resident_programs(compiled: Any, device: torch.device) -> Optional[int]:
+    """How many programs of a compiled binary the GPU runs at once: the driver's occupancy for its block size and
+    shared memory (cuOccupancyMaxActiveBlocksPerMultiprocessor) times the SMs. None where the driver cannot say."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        compiled._init_handles()  # loads the binary: its function handle
+        blocks = ctypes.c_int(0)
+        err = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), ctypes.c_void_p(compiled.function), ctypes.c_int(32 * compiled.metadata.num_warps),
+            ctypes.c_size_t(compiled.metadata.shared))
+    except (OSError, AttributeError) as e:
+        warnings.warn(f"the GPU's resident programs are unknown ({type(e).__name__}: {e}); the tail runs unsplit",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    if err != 0 or blocks.value <= 0:
+        return None
+    return blocks.value * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+_packed = WeightCache()  # the weight in [C_out, KH, KW, C_in] order (TF32-rounded for tf32), until it changes
+
+
+def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
+    """[C_out, C_in, KH, KW] → [C_out, KH, KW, C_in] contiguous, rounded to nearest TF32 if asked; always 16-byte
+    aligned (a channels_last weight is already in that order, and may be a view at any offset: then a copy), so
+    that its TMA descriptor depends on C_in alone (tma_fits)."""
+    w = weight.permute(0, 2, 3, 1).contiguous()
+    w = round_to_tf32_even(w) if round_tf32 else w
+    return w.clone() if w.data_ptr() % 16 else w
+
+
+def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
+    return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
+
+
+def tma_fits(c_in: int) -> bool:
+    """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight (16-byte aligned: pack_weight) needs every
+    tile a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
+    return c_in % 4 == 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    m: int  # output rows, N·OH·OW
+    tiles: int
+    steps: int  # K steps a tile
+    out_shape: tuple[int, int, int, int]
+    round_weight: bool
+    out_cl: bool  # writes a channels_last output
+    input_rounded: bool  # expects its input rounded to nearest TF32 (round_input), and does not round its tiles
+    split_tail: bool  # the last wave's tiles split along K where it would run part-empty (split_schedule)
+    slots: Optional[int]  # programs the GPU runs at once; None: read off the binary and the device (run)
+    constexprs: dict
+    binary_key: tuple
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which tiles run whole, one a program, and which the last wave's workers share along K (the kernel's doc)."""
+
+    dp_tiles: int
+    sk_tiles: int = 0
+    workers: int = 0
+
+    @property
+    def grid(self) -> tuple[int]:
+        return (self.dp_tiles + self.workers,)
+
+
+# A last wave at least this full runs as it is. On the H200 the kernel's time steps with whole waves
+# (benchmarks/probe_waves.py, docs/evidence/h200_issue13_waves.txt): alexnet_conv5 at M128-N256-w8 0.1615 ms for 262
+# tiles on 132 SMs (1.98 waves) and 0.2362 for 338 (2.56).
+SPLIT_BELOW = 0.9
+MAX_PARTS = 4  # workers a split tile at most, where the tiles are fewer than the programs the GPU runs at once
+
+
+def split_schedule(tiles: int, steps: int, slots: Optional[int]) -> Schedule:
+    """The schedule for `tiles` of `steps` K steps on a GPU that runs `slots` programs at once: whole tiles, one a
+    program, but for a last wave under SPLIT_BELOW full: then the last full wave and the rest (1 to 2 waves of tiles)
+    are shared by `slots` workers, so that each worker runs the same number of K steps (within one). With fewer tiles
+    than slots, at most MAX_PARTS workers a tile."""
+    if not slots or slots <= 0 or tiles <= 0 or steps <= 1:
+        return Schedule(tiles)
+    full, rest = divmod(tiles, slots)
+    if rest == 0 or rest >= SPLIT_BELOW * slots:
+        return Schedule(tiles)
+    dp = max(full - 1, 0) * slots
+    sk = tiles - dp
+    workers = min(slots, sk * MAX_PARTS if full == 0 else slots, sk * steps)
+    return Schedule(dp, sk, workers)
+
+
+def check_schedule(tiles: int, steps: int) -> Schedule:
+    """The schedule of the one-time check (_right_at), which runs the binary on one image: the back half of its tiles
+    split among half as many workers again, so that the check runs both paths and tiles of two parts or more."""
+    sk = max(tiles - tiles // 2, 1)
+    return Schedule(tiles - sk, sk, min(sk + sk // 2 + 1, sk * steps))
+
+
+def round_input(x: torch.Tensor, plan: "LaunchPlan") -> torch.Tensor:
+    """The input as the plan's kernel reads it: channels_last-contiguous, and rounded to nearest TF32 where the
+    plan expects that (input_rounded); an NCHW input is copied and rounded in one pass (layout.to_channels_last),
+    a channels_last one rounded by a pass of its own (layout.rounded_tf32)."""
+    return to_channels_last(x, round_to_nearest_tf32=plan.input_rounded)
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
+              weight_tma: bool = True, input_rounded: bool = False, split_tail: bool = True,
+              slots: Optional[int] = None) -> LaunchPlan:
+    """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
+    H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
+    best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
+    resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py --weight-tma both,
+    docs/evidence/h200_issue13_tma.txt). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
+    nearest TF32 already (round_input), so the kernel does not round its tiles. `split_tail`, `slots`: see
+    split_schedule; slots None reads them off the compiled binary and the GPU (run); the interpreter then splits
+    nothing."""
+    m = g.n * g.oh * g.ow
+    if m * g.c_out >= 2**31:
+        raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
+    rounds = rounds_operands(precision)
+    input_rounded = input_rounded and rounds
+    cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
+              SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
+              HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds and not input_rounded, OUT_CL=out_cl,
+              W_TMA=weight_tma and tma_fits(g.c), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+              GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
+    tiles = triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N)
+    steps = g.kh * g.kw * triton.cdiv(g.c, meta.BLOCK_K)
+    return LaunchPlan(m, tiles, steps, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, input_rounded, split_tail, slots,
+                      cx, tuple(sorted(cx.items())))
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (the caller has checked them; `x` channels_last-contiguous, `out`
+    in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    wp = packed_weight(weight, plan.round_weight)
+    b = bias if bias is not None else x
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        sched = split_schedule(plan.tiles, plan.steps, plan.slots) if plan.split_tail else Schedule(plan.tiles)
+        return _launch(plan.constexprs, sched, x, wp, b, out, plan.m, "none"), "none"
+    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
+    bound = _bound.get((key, plan.m, plan.split_tail, plan.slots))
+    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        launch_bound, compiled, level, sched = bound
+        ws, cnt = _workspace(x.device, sched, plan.constexprs)
+        launch_bound(x, _weight_arg(plan.constexprs, wp), b, out, ws, cnt, plan.m, sched.dp_tiles, sched.sk_tiles,
+                     sched.workers)
+        return compiled, level
+    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
+                            lambda: f"nhwc_igemm {plan.constexprs}")
+    with llvm_opt.compiling_at(level):
+        compiled = _conv2d_nhwc_kernel.warmup(*_args(plan.constexprs, Schedule(1), x, wp, b, out, 1), grid=(1,),
+                                              **plan.constexprs, LLVM_OPT=level)
+        sched = Schedule(plan.tiles)
+        if plan.split_tail:
+            slots = plan.slots or resident_programs(compiled, x.device)
+            sched = split_schedule(plan.tiles, plan.steps, slots)
+        compiled = _launch(plan.constexprs, sched, x, wp, b, out, plan.m, level)
+    launch_bound = bound_runner(compiled, sched.grid, _conv2d_nhwc_kernel, 10, {**plan.constexprs, "LLVM_OPT": level})
+    if launch_bound is not None:
+        _bound[(key, plan.m, plan.split_tail, plan.slots)] = (launch_bound, compiled, level, sched)
+    return compiled, level
+
+
+# (binary key, device, alignments; rows, split_tail, slots) → (bound launch, compiled kernel, LLVM level, schedule):
+# run's later calls of a binary go past Triton's per-call dispatch (common.bound_runner), the host cost that kept
+# torch on NCHW keys our kernel won on GPU time (docs/PERFORMANCE.md, session 13)
+_bound: dict[tuple, tuple] = {}
+# (device, stream) → (partial tiles, arrival counts): the split tiles' workspace, grown as needed. The counts start at
+# zero and the kernel leaves them zero; one a stream, so that launches on two streams never share one
+_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, sched: Schedule, cx: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stream-K workspace for a schedule: two partial tiles a worker and an arrival count a split tile."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    ws, cnt = _workspaces.get(key, (None, None))
+    need = (max(sched.workers, 1) * 2 * cx["BLOCK_M"] * cx["BLOCK_N"], max(sched.sk_tiles, 1))
+    if ws is None or ws.numel() < need[0] or cnt.numel() < need[1]:
+        ws = torch.empty(max(need[0], 0 if ws is None else ws.numel()), device=device, dtype=torch.float32)
+        cnt = torch.zeros(max(need[1], 0 if cnt is None else cnt.numel()), device=device, dtype=torch.int32)
+        _workspaces[key] = (ws, cnt)
+    return ws, cnt
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+           groups: int = 1, weight_tma: bool = True, round_input_first: bool = False, split_tail: bool = True,
+           slots: Optional[int] = None) -> Launched:
+    """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
+    layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
+    unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan. `round_input_first` (the
+    `nhwc_preround` variant): for `tf32`, the input is rounded to nearest TF32 before the kernel, in the copy to
+    channels_last or by a pass of its own, inside this call, and the kernel does not round its tiles. `split_tail`,
+    `slots`: make_plan."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
+                              round_input_first, split_tail, slots)
+    compiled, level = run(plan, round_input(x, plan), weight, bias, out)
+    return Launched.from_compiled(out, compiled, level)
+
+
+def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+            groups: int = 1, round_input_first: bool = False, split_tail: bool = True) -> Callable[[], torch.Tensor]:
+    """`launch` as the library makes it once a call signature has its plan (convtune.functional caches one per
+    signature): every check and the plan here, once; the returned call only copies the input into the layout the
+    kernel reads (rounding it for nhwc_preround) and launches, writing `out` (allocated here if None). The contest
+    times this call from an idle GPU, where the host's work per call counts (tune/contest.py)."""
+    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, True,
+                              round_input_first, split_tail)
+
+    def call() -> torch.Tensor:
+        run(plan, round_input(x, plan), weight, bias, out)
+        return out
+    return call
+
+
+def prepared_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                     dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+                     groups: int = 1, split_tail: bool = True) -> Callable[[], torch.Tensor]:
+    """`prepared` for the nhwc_preround variant (launch_preround)."""
+    return prepared(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, round_input_first=True,
+                    split_tail=split_tail)
+
+
+def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
+                  weight_tma: bool, round_input_first: bool, split_tail: bool = True,
+                  slots: Optional[int] = None) -> tuple[LaunchPlan, torch.Tensor]:
+    """Every check of a launch, the output (allocated channels_last unless given) and the plan."""
+    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    g = geometry(x, weight, stride, padding, dilation)
+    if out is None:
+        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
+                          memory_format=torch.channels_last)
+    else:
+        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
+    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma, round_input_first,
+                     split_tail, slots), out
+
+
+def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
+    """The kernel's weight argument: a TMA descriptor of the packed weight as [C_out, K] (W_TMA), or the weight."""
+    if not cx["W_TMA"]:
+        return wp
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
+
+
+def _args(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+          m: int) -> tuple:
+    """The kernel's runtime arguments, in its order."""
+    ws, cnt = _workspace(x.device, sched, cx)
+    return (x, _weight_arg(cx, wp), b, out, ws, cnt, m, sched.dp_tiles, sched.sk_tiles, sched.workers)
+
+
+def _launch(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int,
+            level: str) -> Any:
+    return _conv2d_nhwc_kernel[sched.grid](*_args(cx, sched, x, wp, b, out, m), **cx, LLVM_OPT=level)
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor) -> bool:
+    """Compile the binary at `level` and run it on one random image (M and the schedule are not specialised: the
+    binary is the same for any batch) against float64 (kernels/llvm_opt.py: why), its tiles split as check_schedule
+    says, so that both of the kernel's paths are checked. The inputs keep the real ones' layouts and 16-byte
+    alignment."""
+    cx = plan.constexprs
+    tiles = triton.cdiv(cx["OH"] * cx["OW"], cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"])
+    gen = torch.Generator(device=x.device).manual_seed(20261122)
+    xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
+    if plan.input_rounded:  # as the real input is: the kernel does not round it
+        xs.copy_(round_to_tf32_even(xs))
+    ws = aligned_random(tuple(weight.shape), weight, gen)
+    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
+    outs = aligned_nan(shape, out)
+    outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+    with llvm_opt.compiling_at(level):
+        _launch(cx, check_schedule(tiles, plan.steps), xs, pack_weight(ws, plan.round_weight),
+                bs if bs is not None else xs, outs, cx["OH"] * cx["OW"], level)
+    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """The default configuration per problem class, from the H200 sweep with TMA weight tiles
+    (benchmarks/probe_nhwc.py --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
+    docs/evidence/h200_issue13_tma.txt), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
+    192 and conv5's 256: M64-N256-w4 best, 0.691 and 0.245 ms; vgg16_conv3_2 3 % behind its best); three
+    128-wide tiles for 384 (alexnet_conv3/4: M128-N128-w8 best, M64-N256 2.0-2.2x slower); M64-N128-w4 for 128
+    (resnet50_layer2_3x3 best); M64-N64-w4 up to 64 (resnet50_layer1_1x1, the first sweep). M128-N256 with 4
+    warps runs 21-27x slower (its accumulator alone is 256 registers a thread). A pin for the exact problem and
+    GPU takes precedence (convtune.pins)."""
+    if precision not in ("tf32", "tf32_trunc"):  # three products or FMA per multiply: smaller tiles (untuned)
+        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 64:
+        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 128:
+        return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+    if out_channels <= 256:
+        return Meta(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=4, num_stages=3)
+    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+
+
+def launch_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                    dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
+                    groups: int = 1, weight_tma: bool = True, split_tail: bool = True,
+                    slots: Optional[int] = None) -> Launched:
+    """The `nhwc_preround` variant: `launch` with the input rounded to nearest TF32 before the kernel (for `tf32`;
+    any other precision runs as `launch` does). Why a variant of its own: rounding the A tiles in the kernel sends
+    them from shared memory through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which
+    of the two pipelines is faster depends on the tile. On the H200, each way at its best of 14 configurations
+    (benchmarks/probe_prerounded.py --grid, docs/evidence/h200_issue13_prerounded_grid.txt), the kernel on a rounded
+    input was 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding
+    costs a pass over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in
+    the copy an NCHW input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2
+    and resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key."""
+    return launch(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
+                  round_input_first=True, split_tail=split_tail, slots=slots)
+
+
+def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
+    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt), by C_out: 384 (alexnet_conv3/4)
+    M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
+    (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
+    for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""
+    if precision != "tf32" or out_channels <= 64:
+        return default_meta(out_channels, stride_w, width, precision)
+    if out_channels <= 128:
+        return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+    if out_channels <= 256:
+        return Meta(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, num_warps=8, num_stages=4)
+    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+
+
+SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, _tile_at, _tile_sum, _store_tile, _first_worker, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even, pack_weight, writes_channels_last, tma_fits,
+                          make_plan, round_input, _weight_arg, _launch, bound_runner, split_schedule, check_schedule, run,
+                          _args, _workspace, resident_programs, launch, _checked_plan, prepared, default_meta, launch_preround,
+                          prepared_preround, default_meta_preround, layout)
