@@ -207,6 +207,12 @@ def test_the_bound_nhwc_launches_give_the_dispatched_calls_bits_on_the_gpu():
     _script_says_ok("tests/gpu_scripts/bound_nhwc.py")
 
 
+def test_the_nhwc_kernels_on_short_k_loops_on_the_gpu():
+    """tests/gpu_scripts/nhwc_short_k.py: both nhwc kernels on 1 to 36 K steps at 2 to 5 stages, every launch right
+    and the same bits (common.safe_stages: the loops of num_stages - 1 steps Triton 3.6 got wrong)."""
+    _script_says_ok("tests/gpu_scripts/nhwc_short_k.py")
+
+
 def test_fold_igemm_on_random_strided_shapes_and_its_bound_launches_on_the_gpu():
     """TMA, the overlapping-row descriptor and the column split are GPU-only: right on random shapes, layouts and
     precisions, the bound launches giving the dispatched call's bits (tests/gpu_scripts/fold_igemm.py)."""

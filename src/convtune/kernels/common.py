@@ -190,6 +190,17 @@ class WeightCache:
         return packed
 
 
+def safe_stages(num_stages: int, k_steps: int) -> int:
+    """The pipeline depth to compile a K loop of `k_steps` iterations (a constexpr trip count) at: `num_stages`, less
+    one where the loop would run exactly num_stages - 1 times (num_stages >= 3). Why: on the H200 (Triton 3.6.0),
+    nhwc_igemm with A rounded in the kernel and 256-wide N tiles gave wrong sums, different from launch to launch
+    (relative errors 1e-2 to 1.4e-1; at O0 too, so not LLVM), at those trip counts only: 2 steps at 3 stages, 3 at 4
+    (4 of the 5 such binaries of a map of 1 to 108 steps at 2 to 4 stages; 128-wide tiles 0 of 6), and right at every
+    other count (benchmarks/map_short_k.py; tests/gpu_scripts/nhwc_short_k.py checks the fix;
+    docs/evidence/h200_issue13_short_k.txt). A loop that short has every load in flight at one stage less as well."""
+    return num_stages - 1 if num_stages >= 3 and k_steps == num_stages - 1 else num_stages
+
+
 def bound_runner(compiled: Any, grid: tuple[int, ...], fn: Any, first: int,
                  values: dict[str, Any]) -> Optional[Callable[..., Any]]:
     """A launch of an already compiled (and checked) binary that skips Triton's per-call dispatch

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
-                                     geometry, source_hash, writes_channels_last)
+                                     geometry, safe_stages, source_hash, writes_channels_last)
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
@@ -155,11 +155,12 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
         raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
     rounds = rounds_operands(precision)
     input_rounded = input_rounded and rounds
+    k_steps = g.kh * g.kw * triton.cdiv(g.c, meta.BLOCK_K)  # the K loop's trip count
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
               SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
               HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds and not input_rounded, OUT_CL=out_cl,
               W_TMA=weight_tma and tma_fits(g.c), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
-              GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=meta.num_stages)
+              GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
     grid = (triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
     return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, input_rounded, cx,
                       tuple(sorted(cx.items())))
@@ -333,5 +334,5 @@ def default_meta_preround(out_channels: int, stride_w: int, width: int, precisio
 
 
 SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even, pack_weight, writes_channels_last, tma_fits,
-                          make_plan, round_input, _weight_arg, _launch, bound_runner, launch, _checked_plan, prepared, default_meta, launch_preround,
+                          make_plan, safe_stages, round_input, _weight_arg, _launch, bound_runner, launch, _checked_plan, prepared, default_meta, launch_preround,
                           prepared_preround, default_meta_preround, layout)
