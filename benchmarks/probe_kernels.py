@@ -32,6 +32,26 @@ from convtune.measure.one_config import cudnn_baseline, make_inputs  # noqa: E40
 from convtune.problem import ConvProblem  # noqa: E402
 
 FAST = TimingSettings(rounds=3, reps=10, warmup=2)
+SIDE_BY_SIDE_ROUNDS = 3
+
+
+def side_by_side(calls: dict, theirs: torch.Tensor, dev) -> tuple[dict, dict, dict]:
+    """Each call once (its output checked with KernelBench's allclose against `theirs`), then all of them timed in
+    SIDE_BY_SIDE_ROUNDS interleaved rounds of FAST: (median ms, allclose, output) by label. From session 23's
+    benchmarks/probe_split.py (commit ea7cb1a), for the probes that compare variants in one process."""
+    import statistics
+
+    outs = {}
+    for label, call in calls.items():
+        r = call()
+        outs[label] = r.out if hasattr(r, "out") else r
+    torch.cuda.synchronize()
+    ok = {k: bool(torch.allclose(y, theirs, atol=1e-4, rtol=1e-4)) for k, y in outs.items()}
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(SIDE_BY_SIDE_ROUNDS):
+        for k, c in calls.items():
+            times[k].append(bench.time_gpu(c, FAST, dev).median_ms)
+    return {k: statistics.median(v) for k, v in times.items()}, ok, outs
 
 
 def load_problem(name: str) -> ConvProblem:

@@ -42,8 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from probe_kernels import load_problem  # noqa: E402
-from probe_split import side_by_side  # noqa: E402  (each call's median of 3 rounds, interleaved)
+from probe_kernels import load_problem, side_by_side  # noqa: E402  (each call's median of 3 rounds, interleaved)
 
 from convtune.kernels import library_choice, nhwc_igemm, pins, torch_conv  # noqa: E402
 from convtune.kernels.layout import to_channels_last  # noqa: E402

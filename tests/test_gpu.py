@@ -213,6 +213,13 @@ def test_the_nhwc_kernels_on_short_k_loops_on_the_gpu():
     _script_says_ok("tests/gpu_scripts/nhwc_short_k.py")
 
 
+def test_nhwc_streamk_on_random_shapes_and_the_suites_split_problems_on_the_gpu():
+    """tests/gpu_scripts/nhwc_streamk.py: the split kernel on 60 random convolutions (workers as the GPU says or forced)
+    and alexnet_conv5/conv2 at their pinned tiles, every launch right, the same bits and fully written, and the suite
+    problems passing the judge's allclose."""
+    _script_says_ok("tests/gpu_scripts/nhwc_streamk.py")
+
+
 def test_fold_igemm_on_random_strided_shapes_and_its_bound_launches_on_the_gpu():
     """TMA, the overlapping-row descriptor and the column split are GPU-only: right on random shapes, layouts and
     precisions, the bound launches giving the dispatched call's bits (tests/gpu_scripts/fold_igemm.py)."""
