@@ -189,10 +189,10 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     flight is not asked here: triton 3.9's ptxas serialises them for want of registers, 3.6's does not (session 21);
     benchmarks/check_fused_window.py counts the waits in the binary on the GPU.
 
-    In a fresh process without the interpreter: the Triton interpreter leaves `triton.language.core`'s builtins patched
-    after an interpreted kernel calls one of Triton's own jit helpers (tl.cdiv: its device-call path never restores
-    them), and a Gluon compile in such a process failed ("'value' object has no attribute 'dtype'") in 1 of 4 full runs
-    of the suite, depending on which tests ran before it in its worker."""
+    In a fresh process without the interpreter: in the suite's process this compile failed ("'value' object has no
+    attribute 'dtype'", `tensor.__mul__` reaching the interpreter's semantics) in 1 of 5 full runs (session 26). The
+    Triton interpreter's device-call path patches `triton.language.core`'s builtins and never restores them, and a check
+    after each test found them patched after some interpreted tests; the failing order was not reproduced by hand."""
     pytest.importorskip("triton")
     check = (
         "import sys\n"
