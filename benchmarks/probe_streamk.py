@@ -61,7 +61,7 @@ def probe(name: str) -> None:
                 out = torch.empty(p0.output_shape, device=dev, memory_format=fmt)
                 calls[f"{kernel} {meta.short()}"] = get_variant(kernel).prepared(x, w, b, *args, meta, "tf32", out=out)
             launched = nhwc_streamk.launch(x, w, b, *args, meta, "tf32")
-            per_sm = nhwc_streamk.resident_programs(launched.compiled, dev)
+            per_sm = nhwc_streamk.resident_programs(launched.compiled)
             plan = nhwc_streamk.make_plan(nhwc_streamk.geometry(x, w, *args), b is not None, meta, "tf32",
                                           layout != "nchw")
             s = nhwc_streamk.split_schedule(plan.tiles, plan.steps, plan.constexprs["GRAIN"],

@@ -29,7 +29,7 @@ SMS = torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def schedule(plan, compiled) -> sk.Schedule:
-    slots = plan.slots if plan.slots is not None else sk.split_slots(sk.resident_programs(compiled, "cuda"), SMS)
+    slots = plan.slots if plan.slots is not None else sk.split_slots(sk.resident_programs(compiled), SMS)
     return sk.split_schedule(plan.tiles, plan.steps, plan.constexprs["GRAIN"], slots)
 
 

@@ -49,8 +49,8 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, bound_runner, check_conv_inputs, check_out,
                                      geometry, safe_stages, source_hash, writes_channels_last)
-from convtune.kernels.nhwc_igemm import (GROUP_M, TF32_TIES, default_meta_preround, pack_weight, packed_weight,
-                                         tma_fits)
+from convtune.kernels.nhwc_igemm import (GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight,
+                                         packed_weight, tma_fits)
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import dot_precision, round_to_tf32_even, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
@@ -232,7 +232,7 @@ def split_schedule(tiles: int, steps: int, grain: int, slots: Optional[int]) -> 
         return Schedule(tiles)
     dp = max(full - 1, 0) * slots
     sk = tiles - dp
-    workers = min(slots if full else sk * MAX_PARTS, sk * grains)
+    workers = min(slots, sk * MAX_PARTS if full == 0 else slots, sk * grains)
     return Schedule(dp, sk, workers)
 
 
@@ -247,7 +247,7 @@ def check_schedule(tiles: int, steps: int, grain: int) -> Schedule:
     return Schedule(tiles - sk, sk, min(sk + sk // 2 + 1, sk * grains))
 
 
-def resident_programs(compiled: Any, device: torch.device) -> Optional[int]:
+def resident_programs(compiled: Any) -> Optional[int]:
     """How many programs of a compiled binary an SM runs at once: the driver's occupancy for its block size and
     shared memory (cuOccupancyMaxActiveBlocksPerMultiprocessor). None where the driver cannot say."""
     try:
@@ -295,7 +295,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
         raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
     steps = g.kh * g.kw * triton.cdiv(g.c, meta.BLOCK_K)
     stages = safe_stages(meta.num_stages, steps)  # the unsplit tiles' loop (the parts' are never that short)
-    grain = max(stages, 1)
+    grain = stages
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
               SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
               HAS_BIAS=has_bias, PRECISION=dot_precision(precision), OUT_CL=out_cl, W_TMA=tma_fits(g.c),
@@ -337,7 +337,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
         slots = plan.slots
         if slots is None:
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-            slots = split_slots(resident_programs(compiled, x.device), sms)
+            slots = split_slots(resident_programs(compiled), sms)
         sched = split_schedule(plan.tiles, plan.steps, cx["GRAIN"], slots)
         compiled = _launch(cx, sched, x, wp, b, out, plan.m, level)
     launch_bound = bound_runner(compiled, sched.grid, _conv2d_nhwc_streamk_kernel, 10, {**cx, "LLVM_OPT": level})
@@ -364,15 +364,6 @@ def _workspace(device: torch.device, sched: Schedule, cx: dict) -> tuple[torch.T
         cnt = torch.zeros(max(need[1], 0 if cnt is None else cnt.numel()), device=device, dtype=torch.int32)
         _workspaces[key] = (ws, cnt)
     return ws, cnt
-
-
-def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
-    """The kernel's weight argument: a TMA descriptor of the packed weight as [C_out, K] (W_TMA), or the weight."""
-    if not cx["W_TMA"]:
-        return wp
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
 
 
 def _args(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
@@ -403,7 +394,8 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     ws = aligned_random(tuple(weight.shape), weight, gen)
     bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
     shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
-    for sched in (Schedule(tiles), check_schedule(tiles, plan.steps, cx["GRAIN"])):
+    # (one pass where the check's schedule splits nothing: a tile of one grain)
+    for sched in dict.fromkeys((Schedule(tiles), check_schedule(tiles, plan.steps, cx["GRAIN"]))):
         outs = aligned_nan(shape, out)
         outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
         with llvm_opt.compiling_at(level):
