@@ -5,5 +5,6 @@ set -uo pipefail
 source benchmarks/gpu_env.sh
 rm -rf /tmp/vs; mkdir -p /tmp/vs
 step "python3 run.py +experiment=vs_cudnn"
-timeout 500 python3 run.py +experiment=vs_cudnn tracking.uri=sqlite:////tmp/vs/mlflow.db hydra.sweep.dir=/tmp/vs/sweep \
+date +%T; timeout 540 python3 run.py +experiment=vs_cudnn tracking.uri=sqlite:////tmp/vs/mlflow.db hydra.sweep.dir=/tmp/vs/sweep \
   2>&1 | grep -v "INFO mlflow" | grep -v "^| [0-9-]" | tail -40
+date +%T

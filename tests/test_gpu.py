@@ -220,6 +220,14 @@ def test_nhwc_streamk_on_random_shapes_and_the_suites_split_problems_on_the_gpu(
     _script_says_ok("tests/gpu_scripts/nhwc_streamk.py")
 
 
+def test_nhwc_split_n_on_random_shapes_and_alexnet_conv3_conv4_on_the_gpu():
+    """tests/gpu_scripts/nhwc_split_n.py: the two-launch kernel (the channels left over on a second stream) on 60
+    random convolutions and alexnet_conv3/conv4 at M128-N256-w8-s4, eagerly, under a CUDA graph and on a stream of
+    the caller's: every launch right, the same bits and fully written, and the suite problems passing the judge's
+    allclose."""
+    _script_says_ok("tests/gpu_scripts/nhwc_split_n.py")
+
+
 def test_fold_igemm_on_random_strided_shapes_and_its_bound_launches_on_the_gpu():
     """TMA, the overlapping-row descriptor and the column split are GPU-only: right on random shapes, layouts and
     precisions, the bound launches giving the dispatched call's bits (tests/gpu_scripts/fold_igemm.py)."""

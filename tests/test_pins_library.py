@@ -223,7 +223,7 @@ def test_a_pin_naming_an_unknown_kernel_its_own_or_a_backend_too_is_refused(tmp_
     f = tmp_path / "pins.yaml"
     f.write_text(yaml.safe_dump({"pins": {"G": {"implicit_gemm": {KEY: entry}}}}))
     with pytest.raises(pins.PinsError, match=r"entry G / implicit_gemm / .*: 'kernel' names another of the library's "
-                       r"kernels \['implicit_gemm', 'nhwc_igemm', 'nhwc_preround', 'nhwc_streamk', 'fold_igemm', 'fused_gluon', 'nchw_1x1', 'nchw_igemm'\] than the section's \('implicit_gemm'\), with a "
+                       r"kernels \['implicit_gemm', 'nhwc_igemm', 'nhwc_preround', 'nhwc_streamk', 'nhwc_split_n', 'fold_igemm', 'fused_gluon', 'nchw_1x1', 'nchw_igemm'\] than the section's \('implicit_gemm'\), with a "
                        rf"'meta' and no 'backend'; got kernel={names}"):
         pins.load(f)
 

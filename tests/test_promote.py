@@ -306,7 +306,7 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
     nhwc = record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
     assert status == 0, out
-    assert ("kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm, nhwc_preround, nhwc_streamk, fold_igemm, fused_gluon, nchw_1x1, nchw_igemm)"
+    assert ("kernel library (the pin in implicit_gemm's section; runs of implicit_gemm, nhwc_igemm, nhwc_preround, nhwc_streamk, nhwc_split_n, fold_igemm, fused_gluon, nchw_1x1, nchw_igemm)"
             in out)
     assert re.search(r"^\| candidate \(winner\) \| nhwc_igemm: BLOCK_M=64 BLOCK_N=32 ", out, re.M), out
     assert re.search(r"^\| pin \| implicit_gemm: BLOCK_M=16 ", out, re.M), out

@@ -8,11 +8,13 @@ runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A p
 library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
 an input rounded to TF32 before the kernel; `fold_igemm` folds the input (space-to-depth by the stride) into a
 buffer of its own, from either layout; `fused_gluon` (Hopper only) gathers L1 #50's input straight into its MMAs;
-`nhwc_streamk` is `nhwc_preround` with a part-empty last wave of tiles shared along K; `nchw_1x1` runs a 1×1
+`nhwc_streamk` is `nhwc_preround` with a part-empty last wave of tiles shared along K; `nhwc_split_n` is
+`nhwc_preround` with the output channels a BLOCK_N-wide tile leaves over in narrower tiles, launched beside the
+others on a second stream; `nchw_1x1` runs a 1×1
 stride-1 convolution as a batched GEMM over NCHW; `nchw_igemm` runs nhwc_igemm's GEMM over an
 NCHW input of a stride-1 layer whose output is as wide as its input. Each other kernel reads its own layout,
 `implicit_gemm`, `fused_gluon`, `nchw_1x1` and `nchw_igemm` NCHW and the nhwc kernels channels_last,
-so an input in the other layout is copied inside the call (rounded in that copy for `nhwc_preround` and `nhwc_streamk`); each writes
+so an input in the other layout is copied inside the call (rounded in that copy for `nhwc_preround`, `nhwc_streamk` and `nhwc_split_n`); each writes
 the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
 `channels_last`)."""
 
@@ -33,6 +35,7 @@ from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nchw_1x1 as pointwise
 from convtune.kernels import nchw_igemm as nchw
 from convtune.kernels import nhwc_igemm as nhwc
+from convtune.kernels import nhwc_split_n as split_n
 from convtune.kernels import nhwc_streamk as streamk
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
@@ -94,7 +97,7 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, streamk.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, pointwise.LaunchPlan,
+Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, streamk.LaunchPlan, split_n.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, pointwise.LaunchPlan,
              nchw.LaunchPlan, str]
 
 
@@ -132,6 +135,8 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
         return nchw.make_plan(g, has_bias, value.meta, precision, out_cl)
     if value.kernel == "nhwc_streamk":
         return streamk.make_plan(g, has_bias, value.meta, precision, out_cl)
+    if value.kernel == "nhwc_split_n":
+        return split_n.make_plan(g, has_bias, value.meta, precision, out_cl)
     if value.kernel in CHANNELS_LAST_KERNELS:
         return nhwc.make_plan(g, has_bias, value.meta, precision, out_cl,
                               input_rounded=CHANNELS_LAST_KERNELS[value.kernel])
@@ -211,6 +216,7 @@ _KERNEL_CALLS: dict[type, tuple[Callable[[torch.Tensor, Any], torch.Tensor], Cal
     ig.LaunchPlan: (lambda x, plan: x.contiguous(), ig.run),
     nhwc.LaunchPlan: (nhwc.round_input, nhwc.run),
     streamk.LaunchPlan: (streamk.kernel_input, streamk.run),
+    split_n.LaunchPlan: (split_n.kernel_input, split_n.run),
     fold.LaunchPlan: (lambda x, plan: x, fold.run),
     fused.LaunchPlan: (lambda x, plan: x.contiguous(), fused.run),
     pointwise.LaunchPlan: (pointwise.readable_input, pointwise.run),

@@ -123,8 +123,8 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
 
 
 # the variants whose launch reads and writes either layout
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "fold_igemm", "fused_gluon", "nchw_1x1",
-              "nchw_igemm")
+ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "nhwc_split_n", "fold_igemm", "fused_gluon",
+              "nchw_1x1", "nchw_igemm")
 DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from convtune.errors import ConfigError
 from convtune.kernels import (fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nchw_1x1, nchw_igemm, nhwc_igemm,
-                              nhwc_streamk, pins, seed)
+                              nhwc_split_n, nhwc_streamk, pins, seed)
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -57,6 +57,8 @@ VARIANTS: dict[str, KernelVariant] = {
                                    nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround),
     "nhwc_streamk": KernelVariant("nhwc_streamk", nhwc_streamk.launch, nhwc_streamk.default_meta,
                                   nhwc_streamk.SOURCE_HASH, nhwc_streamk.TF32_TIES, nhwc_streamk.prepared),
+    "nhwc_split_n": KernelVariant("nhwc_split_n", nhwc_split_n.launch, nhwc_split_n.default_meta,
+                                  nhwc_split_n.SOURCE_HASH, nhwc_split_n.TF32_TIES, nhwc_split_n.prepared),
     "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
                                 fold_igemm.TF32_TIES, fold_igemm.prepared),
     "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,

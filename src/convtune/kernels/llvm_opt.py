@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
 
 KERNELS = frozenset({"_conv2d_igemm_kernel", "_conv2d_seed_kernel", "_conv2d_nhwc_kernel", "_conv2d_nhwc_streamk_kernel",
+                     "_conv2d_nhwc_split_n_kernel",
                      "_conv2d_fold_kernel", "_conv2d_fused_gluon_kernel", "_conv2d_1x1_kernel", "_conv2d_nchw_kernel"})
 LEVELS = ("O0", "O1", "O2", "O3")
 MODES = ("auto",) + LEVELS

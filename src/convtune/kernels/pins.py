@@ -40,8 +40,8 @@ END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
 TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
 # the kernels a pin may name (kernel=library contests them all)
-LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "fold_igemm", "fused_gluon", "nchw_1x1",
-                   "nchw_igemm")
+LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "nhwc_split_n", "fold_igemm",
+                   "fused_gluon", "nchw_1x1", "nchw_igemm")
 
 
 @dataclass(frozen=True)
