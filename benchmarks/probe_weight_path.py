@@ -50,9 +50,9 @@ def tile(s: str) -> Meta:
     return Meta(*(int(v) for v in s.split("-")))
 
 
-def nhwc_call(x, w, b, args, meta: Meta, weight_tma: bool, preround: bool, out_fmt):
+def nhwc_call(x, w, b, args, meta: Meta, weight_tma: bool, preround: bool, out_fmt, out_shape):
     """nhwc_igemm (or nhwc_preround) as `prepared` makes it, with the weight path chosen."""
-    out = torch.empty(x.shape[0], w.shape[0], *OUT_HW, device=x.device).contiguous(memory_format=out_fmt)
+    out = torch.empty(out_shape, device=x.device).contiguous(memory_format=out_fmt)  # its own: checked after all ran
     plan, out = nhwc_igemm._checked_plan(x, w, b, *args, meta, T, out, 1, weight_tma, preround)
 
     def call():
@@ -61,9 +61,9 @@ def nhwc_call(x, w, b, args, meta: Meta, weight_tma: bool, preround: bool, out_f
     return call
 
 
-def nchw_call(x, w, b, args, meta: Meta, weight_tma: bool, out_fmt):
+def nchw_call(x, w, b, args, meta: Meta, weight_tma: bool, out_fmt, out_shape):
     """nchw_igemm as `prepared` makes it, its plan's W_TMA set to `weight_tma`."""
-    out = torch.empty(x.shape[0], w.shape[0], *OUT_HW, device=x.device).contiguous(memory_format=out_fmt)
+    out = torch.empty(out_shape, device=x.device).contiguous(memory_format=out_fmt)  # its own: checked after all ran
     plan, out = nchw_igemm._checked_plan(x, w, b, *args, meta, T, out, 1)
     cx = {**plan.constexprs, "W_TMA": plan.constexprs["W_TMA"] and weight_tma}
     plan = dataclasses.replace(plan, constexprs=cx, binary_key=tuple(sorted(cx.items())))
@@ -73,8 +73,6 @@ def nchw_call(x, w, b, args, meta: Meta, weight_tma: bool, out_fmt):
         return out
     return call
 
-
-OUT_HW: tuple[int, int] = (0, 0)
 
 # problem → layout → [(label, kind, tile, weight by TMA)]; kind: igemm (A rounded in the kernel), preround (the input
 # rounded before it), nchw (nchw_igemm), torch
@@ -115,7 +113,6 @@ ROWS = {
 
 
 def main() -> None:
-    global OUT_HW
     ap = argparse.ArgumentParser()
     ap.add_argument("--problems", default=",".join(ROWS))
     a = ap.parse_args()
@@ -124,7 +121,6 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for name in a.problems.split(","):
         p = load_problem(name)
-        OUT_HW = p.output_shape[2:]
         args = (p.stride, p.padding, p.dilation)
         x0, w, b = make_inputs(p, 0, dev)
         # cuDNN channels_last with the weight channels_last too, as the tracker's baseline (one_config.cudnn_baseline)
@@ -139,9 +135,10 @@ def main() -> None:
                 if kind == "torch":
                     calls[label] = lambda x=x, wt=wt, b=b, args=args: torch_conv.conv2d(x, wt, b, *args, T)
                 elif kind == "nchw":
-                    calls[label] = nchw_call(x, w, b, args, tile(spec), tma, fmt)
+                    calls[label] = nchw_call(x, w, b, args, tile(spec), tma, fmt, p.output_shape)
                 else:
-                    calls[label] = nhwc_call(x, w, b, args, tile(spec), tma, kind == "preround", fmt)
+                    calls[label] = nhwc_call(x, w, b, args, tile(spec), tma, kind == "preround", fmt,
+                                             p.output_shape)
             theirs = torch_conv.conv2d(x, wt, b, *args, T)
             for attempt in (1, 2):
                 ms, ok, _ = side_by_side(calls, theirs, dev)
