@@ -140,18 +140,18 @@ def test_after_kill_9_the_next_run_marks_the_dead_processes_runs_killed(tmp_path
 
 
 def test_a_process_is_alive_only_while_its_pid_and_start_time_match():
-    from convtune.track.store import _process_alive, _start_ticks, this_process
+    from convtune.track.store import process_alive, _start_ticks, this_process
 
     me = this_process()["process"]
-    assert _process_alive(me)
+    assert process_alive(me)
     pid, _, start = me.partition(":")
     if start:  # /proc is there: a reused pid with another start time is not this run's process
-        assert not _process_alive(f"{pid}:{int(start) + 1}")
+        assert not process_alive(f"{pid}:{int(start) + 1}")
     gone = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     started = _start_ticks(gone.pid) or ""  # read while it runs: a later process reusing the pid differs here
     gone.stdin.close()
     gone.wait()
-    assert not _process_alive(f"{gone.pid}:{started}")
+    assert not process_alive(f"{gone.pid}:{started}")
 
 
 def test_an_error_that_ends_the_process_closes_what_is_open_as_failed():

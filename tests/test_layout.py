@@ -16,7 +16,7 @@ THIRD_PARTY_BANNED = {
     "hydra_plugins": set(),
 }
 CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
-    "kernels": {"convtune.errors"},
+    "kernels": {"convtune.errors", "convtune.strict_yaml"},
     "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config"},
     "track": {"convtune.record", "convtune.interrupts", "convtune.errors"},
     "record": set(),

@@ -99,6 +99,18 @@ def test_promote_keeps_the_pin_when_the_gain_is_below_min_gain(capsys, tmp_path,
     assert pins_file.read_text() == before
 
 
+def test_a_run_logged_with_a_bool_launch_key_is_ignored_not_a_crash(capsys, store, pins_file):
+    """Before pins were read strictly, a pin's `num_stages: true` ran as 1 and was logged as num_stages=True; every
+    promote on that store then failed with int('True')."""
+    record(store, FAST, 0.5)
+    t = Tracker(store)
+    broken = t.start_run(t.experiment_id("tiny [interpreter]"), "bool", {**IDENTITY.tags(), "status": Status.OK})
+    t.log(broken, params={**FAST.as_dict(), "num_stages": True}, metrics={"latency_ms": 0.1})
+    t.end(broken, "FINISHED")
+    status, out = promote_here(capsys, store, pins_file, "promote.dry_run=true")
+    assert status == 0 and f"ignoring 1 implicit_gemm run(s) whose launch keys are not integers: {broken}" in out
+
+
 def test_no_gpu_pin_is_written_from_another_machine_unless_remeasure_is_off(capsys, tmp_path, store, pins_file):
     plant(store, device="NVIDIA H200")
     before = pins_file.read_text()
@@ -134,6 +146,22 @@ def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
         run_promote(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={broken}"))
     assert f"error: {e.value}".startswith(f"error: pins file {broken}: not valid YAML")
     assert broken.read_text() == "pins: [1, 2\n"
+
+
+def test_a_read_only_pins_file_is_refused_before_the_contest(tmp_path, store, pins_file, monkeypatch):
+    """issue 46: a read-only pins file or folder let promote run the whole contest and then fail with a 47-line
+    traceback on pins.yaml.lock. Now it is one line, before anything is timed or recorded."""
+    from convtune.tune import contest
+
+    record(store, FAST, 1.0)
+    monkeypatch.setattr(contest, "remeasure", lambda *a, **k: pytest.fail("the contest ran"))
+    pins_file.chmod(0o444)
+    before = pins_file.read_text()
+    with pytest.raises(pins.PinsError, match=r"read-only \(mode 444\)"):
+        run_promote(compose("problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}"))
+    assert pins_file.read_text() == before and pins_file.stat().st_mode & 0o777 == 0o444
+    runs = MlflowClient(store).search_runs([e.experiment_id for e in MlflowClient(store).search_experiments()])
+    assert [r.data.tags.get("kind") for r in runs] == [None]  # the recorded run only: no promote decision
 
 
 def test_export_takes_the_kernel_kernel_library_resolves_to_and_refuses_others_in_one_line(capsys, tmp_path, store,

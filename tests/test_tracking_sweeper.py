@@ -1,10 +1,12 @@
 """The MLflow layer against a real SQLite store, and the sweeper's job plan."""
 
+import json
 import os
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -85,22 +87,34 @@ def test_config_list_times_product_and_command_line_wins():
     assert all(sum(o.startswith("num_warps=") for o in j) == 1 for j in jobs)
 
 
-def test_eight_sweeps_started_at_once_on_a_new_store_lose_nothing(tmp_path, new_store):
+@pytest.mark.slow
+def test_four_sweeps_started_at_once_in_the_default_folder_never_cross(tmp_path, new_store):
     """Before the store was created under a lock into a temporary file, 4 sweeps at once broke a new store
-    for good ("table _alembic_tmp_latest_metrics already exists") and 2-3 lost whole sweeps."""
+    for good ("table _alembic_tmp_latest_metrics already exists") and 2-3 lost whole sweeps. And before each sweep
+    had a folder of its own (issue 46), sweeps started in the same second shared Hydra's default folder and its
+    state file: one parent collected 12 children of 4 sweeps, 4 of 6 parents stayed RUNNING, all exited 0. Here no
+    hydra.sweep.dir is given: every sweep takes the default."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    procs = [subprocess.Popen([sys.executable, "run.py", "-m", "problem=tiny", "bench=fast", "num_warps=4",
-                               f"tracking.uri={new_store}", f"pins_file={tmp_path / 'pins.yaml'}",
-                               f"hydra.sweep.dir={tmp_path / f'sweep{i}'}"],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(8)]
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "problem=tiny", "bench=fast",
+                               "num_warps=2,4", f"tracking.uri={new_store}", f"pins_file={tmp_path / 'pins.yaml'}"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outs if "Error" in err]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outs if "Error" in err]
     c = MlflowClient(new_store)
     runs = c.search_runs([c.get_experiment_by_name("tiny [interpreter]").experiment_id], max_results=1000)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 8 and len(runs) == 16 and all(r.info.status == "FINISHED" for r in runs)
-    assert all(r.data.tags["status"] == "ok" for r in runs if r not in parents)
+    parents = {r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    children = [r for r in runs if r.info.run_id not in parents]
+    assert len(parents) == 4 and len(children) == 8 and all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.data.tags["status"] == "ok" for r in children)
+    per_parent = {p: sum(r.data.tags["mlflow.parentRunId"] == p for r in children) for p in parents}
+    assert sorted(per_parent.values()) == [2] * 4, per_parent
+    folders = {r.data.tags["sweep_dir"] for r in runs if r.info.run_id in parents}
+    assert len(folders) == 4 and all(Path(f).parts[:2] == ("outputs", "sweeps") for f in folders)
+    assert all((tmp_path / f / "convtune_sweep.json").exists() for f in folders)
+    for out, _ in outs:  # each printed summary lists its own two runs only
+        table = out[out.index("| rank"):] if "| rank" in out else out
+        assert sum(line.startswith("| ") and "num_warps=" in line for line in table.splitlines()) == 2, out
     path = new_store[len("sqlite:///"):]
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -116,7 +130,8 @@ def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(store):
 
 @pytest.mark.parametrize("make_uri,why", [
     (lambda d: "bogus://x", "unsupported scheme; use sqlite:///path/to/mlflow.db"),
-    (lambda d: (d / "garbage.db").write_text("not a database") and f"sqlite:///{d / 'garbage.db'}", "file is not a database"),
+    (lambda d: (d / "garbage.db").write_text("not a database") and f"sqlite:///{d / 'garbage.db'}",
+     "not an SQLite database (file is not a database)"),
     (lambda d: "http://127.0.0.1:9", "no MLflow server answers there"),  # port 9 (discard): nothing listens
 ], ids=["scheme", "garbage-file", "unreachable-server"])
 def test_a_store_that_cannot_be_used_fails_at_once_in_one_line(tmp_path, make_uri, why):
@@ -147,6 +162,9 @@ def test_a_sweeps_run_name_says_what_it_varies_then_when():
     assert sweep_run_name(["problem=tiny"], noon) == "sweep · 11-22 12:05"
     assert browse_hint("http://10.0.0.5:5000/", "7") == \
         "browse: http://10.0.0.5:5000/#/experiments/7/runs?workflowType=machine_learning"
+    # a path with a space is quoted, so the printed command runs as it is pasted
+    assert browse_hint("sqlite:////data/my runs/mlflow.db", "7").startswith(
+        "browse: mlflow ui --backend-store-uri 'sqlite:////data/my runs/mlflow.db'   then http://127.0.0.1:5000/")
 
 
 def test_a_childs_run_name_puts_what_the_sweep_varies_first():
@@ -161,3 +179,44 @@ def test_a_childs_run_name_puts_what_the_sweep_varies_first():
     assert setup.run_name(["num_warps", "precision"]) == "w2-ieee · M128-N64-K32-s3"
     assert setup.run_name(["problem", "BLOCK_K"]) == "tiny-K32 · M128-N64-w2-s3"
     assert setup.run_name() == "M128-N64-K32-w2-s3"  # a single run: the configuration as Triton spells it
+
+
+def _state(store, status="RUNNING"):
+    from convtune.sweep import SweepState
+
+    t = Tracker(store)
+    exp = t.experiment_id("tiny [interpreter]")
+    parent = t.start_run(exp, "a sweep", {})  # this process's tags: alive while the test runs
+    if status != "RUNNING":
+        t.end(parent, status)
+    return SweepState(parent, exp, "tiny [interpreter]", store, 2)
+
+
+def test_a_sweep_folder_in_use_by_a_running_sweep_is_refused_and_an_ended_ones_is_taken(tmp_path, store):
+    from convtune.sweep import STATE_FILE, SweepCrossed, _still_running, claim_folder
+
+    running = _state(store)
+    running.save(tmp_path / "busy")
+    with pytest.raises(SweepCrossed, match=rf"sweep folder .*busy is in use by sweep {running.parent_run_id}, still "
+                                           r"running: give this sweep another hydra.sweep.dir"):
+        claim_folder(tmp_path / "busy", _still_running)
+    assert json.loads((tmp_path / "busy" / STATE_FILE).read_text())["parent_run_id"] == running.parent_run_id
+    ended = _state(store, "FINISHED")
+    ended.save(tmp_path / "rerun")
+    claim_folder(tmp_path / "rerun", _still_running)  # a rerun into the folder of a sweep that has ended
+    assert (tmp_path / "rerun" / STATE_FILE).read_text() == "{}"
+    with pytest.raises(SweepCrossed, match="claimed by another sweep starting at the same moment"):
+        claim_folder(tmp_path / "rerun", _still_running)  # a fresh claim not yet filled: another sweep starting
+
+
+def test_a_job_refuses_a_state_file_of_another_sweep(tmp_path, store, monkeypatch):
+    from convtune.sweep import SWEEP_ENV, SweepCrossed, SweepState
+
+    theirs = _state(store)
+    theirs.save(tmp_path)
+    monkeypatch.setenv(SWEEP_ENV, "my-parent-run")
+    with pytest.raises(SweepCrossed, match=rf"holds sweep {theirs.parent_run_id}'s state, not this job's sweep "
+                                           r"my-parent-run: two sweeps share one folder"):
+        SweepState.of_this_sweep(tmp_path)
+    monkeypatch.setenv(SWEEP_ENV, theirs.parent_run_id)
+    assert SweepState.of_this_sweep(tmp_path) == theirs

@@ -32,7 +32,7 @@ class _Job:
     def __init__(self, cfg: DictConfig) -> None:
         hc = HydraConfig.get()
         self.multirun = hc.mode == RunMode.MULTIRUN
-        self.sweep = SweepState.load(Path(hc.sweep.dir)) if self.multirun else None
+        self.sweep = SweepState.of_this_sweep(Path(hc.sweep.dir)) if self.multirun else None
         self.number = hc.job.num + 1 if self.multirun else 1
         self.total = self.sweep.total_jobs if self.sweep else (None if self.multirun else 1)
         self.setup: Setup = resolve(cfg, sweep_device=self.sweep.device if self.sweep else None)

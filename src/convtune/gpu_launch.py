@@ -47,7 +47,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
         jobs.append(gpu_pool.Job(number, list(overrides), job_file, job_dir / ".convtune_result.json",
                                  job_dir / "job_process.log"))
         configs[number] = config
-    state = SweepState.load(sweep_dir)
+    state = SweepState.of_this_sweep(sweep_dir)
     outcomes = gpu_pool.run(jobs, slots, launcher.timeout_s, lambda job, out: _ended(state, job, out, len(job_overrides)))
     return [JobReturn(overrides=job.overrides, cfg=configs[job.number], hydra_cfg=configs[job.number],
                       working_dir=str(job.log_file.parent), task_name=str(base.hydra.job.name),

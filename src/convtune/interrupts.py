@@ -145,17 +145,22 @@ def guard(main: Callable[[], object]) -> object:
         # An error that ends the process with runs still open (Hydra reports a failed compose of a sweep's
         # job with sys.exit(1), past every callback): close them FAILED, not left RUNNING.
         if e.code not in (None, 0) and _cleanups:
-            for err in close_all(ABNORMAL_EXIT):
-                print(f"warning: while closing runs after an error: {err}", file=sys.stderr)
+            _say_unclosed(close_all(ABNORMAL_EXIT), "an error")
         raise
     except (Interrupted, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         name = signal.Signals(signum).name
-        errors = close_all(name)
-        for err in errors:
-            print(f"warning: while closing runs after {name}: {err}", file=sys.stderr)
+        _say_unclosed(close_all(name), name)
         print(f"interrupted ({name}): finished runs kept, open runs marked KILLED", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
+
+
+def _say_unclosed(errors: list[str], after: str) -> None:
+    """One line for the runs that could not be closed (the store itself failing, most often: every cleanup then
+    fails alike); the next run on this host marks them KILLED (track.store.Tracker.reap_orphans)."""
+    if errors:
+        print(f"warning: {len(errors)} open run(s) could not be closed after {after} ({errors[0]}); the next run on "
+              "this host marks them KILLED", file=sys.stderr)
 
 
 def main_then_exit(main: Callable[[], object]) -> NoReturn:

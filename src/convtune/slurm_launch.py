@@ -52,7 +52,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
         print(f"the batch script for {len(args)} array tasks (written to {script}; nothing submitted):\n")
         print(script.read_text(), flush=True)
         return []
-    state = SweepState.load(sweep_dir)
+    state = SweepState.of_this_sweep(sweep_dir)
     executor = make_executor(launcher.executor, launcher.params)
     total = state.total_jobs if state and state.total_jobs else len(args)
     pending = list(zip(numbers, job_overrides, args))

@@ -8,11 +8,14 @@ the sweep folder; each job reads it to nest its run under the parent and to prin
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -36,6 +39,15 @@ def jobs_decide_device(launcher: Any) -> bool:
     return not str(launcher.get("_target_", "")).endswith(LOCAL_LAUNCHERS)
 
 
+# The launching process names its sweep here (the parent run's id) before any job starts; jobs inherit it (the same
+# process, a child process, or a SLURM task's exported environment) and refuse a state file of another sweep.
+SWEEP_ENV = "CONVTUNE_SWEEP_PARENT"
+
+
+class SweepCrossed(ValueError):
+    """A sweep folder holds another sweep's state: two sweeps were given one folder (issue 46)."""
+
+
 @dataclass
 class SweepState:
     parent_run_id: str
@@ -47,13 +59,63 @@ class SweepState:
     device: Optional[str] = None  # cuda | interpreter: what every job must run on (the experiment is for it)
 
     def save(self, sweep_dir: Path) -> None:
+        """Write the state atomically (temp file + rename) over this sweep's own claim or state."""
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=1))
+        tmp = sweep_dir / f".{STATE_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, sweep_dir / STATE_FILE)
 
     @staticmethod
     def load(sweep_dir: Path) -> Optional["SweepState"]:
+        """The state in `sweep_dir` (None where there is none, or only a claim that no sweep has filled yet)."""
         f = sweep_dir / STATE_FILE
-        return SweepState(**json.loads(f.read_text())) if f.exists() else None
+        try:
+            data = json.loads(f.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise SweepCrossed(f"sweep state {f} cannot be read ({e}); give the sweep a folder of its own "
+                               "(hydra.sweep.dir=...)") from None
+        return SweepState(**data) if data.get("parent_run_id") else None
+
+    @staticmethod
+    def of_this_sweep(sweep_dir: Path) -> Optional["SweepState"]:
+        """load, refusing (SweepCrossed) a state that is not this process's sweep (SWEEP_ENV, where set)."""
+        state = SweepState.load(sweep_dir)
+        mine = os.environ.get(SWEEP_ENV)
+        if state is not None and mine and state.parent_run_id != mine:
+            raise SweepCrossed(f"sweep folder {sweep_dir} holds sweep {state.parent_run_id}'s state, not this job's "
+                               f"sweep {mine}: two sweeps share one folder; give each its own hydra.sweep.dir")
+        return state
+
+
+def claim_folder(sweep_dir: Path, still_running: Callable[[SweepState], bool]) -> None:
+    """Create this sweep's state file exclusively (an empty claim, filled once the parent run exists). A state
+    left by a sweep that has ended is replaced; one whose sweep `still_running` says is running is refused."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    f = sweep_dir / STATE_FILE
+    for _ in range(2):
+        try:
+            os.close(os.open(f, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            f.write_text("{}")
+            return
+        except FileExistsError:
+            try:
+                old = SweepState.load(sweep_dir)
+            except SweepCrossed:
+                old = None
+            if old is None and f.exists() and time.time() - f.stat().st_mtime < CLAIM_GRACE_S:
+                break  # another sweep claimed it a moment ago and has not filled it yet
+            if old is not None and still_running(old):
+                raise SweepCrossed(f"sweep folder {sweep_dir} is in use by sweep {old.parent_run_id}, still running: "
+                                   "give this sweep another hydra.sweep.dir (the default folder is unique per "
+                                   "sweep)") from None
+            f.unlink(missing_ok=True)  # an ended sweep's state (a rerun into the same folder): replaced
+    raise SweepCrossed(f"sweep folder {sweep_dir} was claimed by another sweep starting at the same moment: give "
+                       "this sweep another hydra.sweep.dir (the default folder is unique per sweep)")
+
+
+CLAIM_GRACE_S = 60  # an empty claim younger than this belongs to a sweep still starting (its parent run ~1 s away)
 
 
 def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
@@ -135,7 +197,7 @@ def browse_hint(uri: str, experiment_id: str) -> str:
     """Where to see the sweep: the UI page of its runs in the model-training view (track.store.ui_link)."""
     if uri.startswith(("http://", "https://")):
         return f"browse: {ui_link(experiment_id, uri.rstrip('/'))}"
-    return f"browse: mlflow ui --backend-store-uri {uri}   then {ui_link(experiment_id)}"
+    return f"browse: mlflow ui --backend-store-uri {shlex.quote(uri)}   then {ui_link(experiment_id)}"
 
 
 def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> str:
@@ -152,7 +214,7 @@ def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> st
 def record_total_jobs(config: DictConfig, total: int) -> None:
     """hydra.sweeper.on_planned: the job count of a sweep whose configs were derived when it started (or of a
     search, its budget): in the state the jobs read ([i/total]) and on the parent run, which was tagged "?"."""
-    state = SweepState.load(Path(config.hydra.sweep.dir))
+    state = SweepState.of_this_sweep(Path(config.hydra.sweep.dir))
     if state is not None:
         state.total_jobs = total
         state.save(Path(config.hydra.sweep.dir))
@@ -235,6 +297,22 @@ def close_lost_job(state: SweepState, number: int, overrides: list[str], slot: O
     return run_id
 
 
+def _still_running(state: SweepState) -> bool:
+    """Whether the sweep that left `state` is still running: its parent run is RUNNING in its store and, where it
+    was started on this host, its process is alive. A store that is gone or cannot be read says no."""
+    from convtune.track.store import process_alive
+
+    if state.tracking_uri.startswith("sqlite:///") and not Path(state.tracking_uri[len("sqlite:///"):]).exists():
+        return False
+    try:
+        parent = Tracker(state.tracking_uri).get(state.parent_run_id)
+    except Exception:  # noqa: BLE001 - a store that is gone, unreachable or damaged holds no running sweep we know of
+        return False
+    tags = parent["tags"]
+    here = tags.get(Tag.HOST) == socket.gethostname()
+    return parent["status"] == "RUNNING" and (not here or process_alive(tags.get(Tag.PROCESS, "")))
+
+
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -284,12 +362,15 @@ class SweepCallback(Callback):
         with interrupts.deferred():  # the store's creation and the parent's registration are never cut
             tracker = Tracker(uri)  # creates the SQLite database, once, here
             say_reaped(tracker.reap_orphans())
+            claim_folder(Path(hc.sweep.dir), _still_running)  # before the parent: a refused sweep records nothing
             exp_id = tracker.experiment_id(name)
             parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags)
             state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied, target.device)
             state.save(Path(hc.sweep.dir))
+            os.environ[SWEEP_ENV] = parent  # the jobs' check that the folder's state is their sweep's
+            self._parent = parent
             self._on_kill = interrupts.on_interrupt(
-                lambda sig: finalize(SweepState.load(Path(hc.sweep.dir)) or state,
+                lambda sig: finalize(state,
                                      "FAILED" if sig == interrupts.ABNORMAL_EXIT else "KILLED"))
         tracker.log_text(parent, OmegaConf.to_yaml(config, resolve=False), "multirun.yaml")
         print(f"sweep: {'?' if jobs is None else len(jobs)} jobs → MLflow experiment '{name}', parent run {parent}"
@@ -299,8 +380,8 @@ class SweepCallback(Callback):
         interrupts.checkpoint("sweep_started")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        state = SweepState.load(Path(config.hydra.sweep.dir))
-        if state is not None:
+        state = SweepState.of_this_sweep(Path(config.hydra.sweep.dir))
+        if state is not None and state.parent_run_id == getattr(self, "_parent", None):
             with interrupts.deferred():
                 table = finalize(state, "FINISHED")
                 if getattr(self, "_on_kill", None) is not None:

@@ -54,15 +54,20 @@ def _is_power_of_two(v: int) -> bool:
     return v > 0 and (v & (v - 1)) == 0
 
 
+def _is_int(v: Any) -> bool:
+    """An int that is not a bool: `True` is an int in Python, and `num_stages: true` was once taken as 1."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def validate_meta(meta: Meta) -> None:
     """Raise ConfigError naming the first meta-parameter that is not allowed."""
     for key, (lo, hi) in BLOCK_BOUNDS.items():
         v = getattr(meta, key)
-        if not isinstance(v, int) or not _is_power_of_two(v) or not lo <= v <= hi:
+        if not _is_int(v) or not _is_power_of_two(v) or not lo <= v <= hi:
             raise ConfigError(key, v, f"a power of two from {lo} to {hi} (tl.dot needs >= 16)")
-    if meta.num_warps not in NUM_WARPS_ALLOWED:
+    if not _is_int(meta.num_warps) or meta.num_warps not in NUM_WARPS_ALLOWED:
         raise ConfigError("num_warps", meta.num_warps, f"one of {list(NUM_WARPS_ALLOWED)}")
-    if not isinstance(meta.num_stages, int) or meta.num_stages < 1:
+    if not _is_int(meta.num_stages) or meta.num_stages < 1:
         raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
 
 

@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional, Union
 import yaml
 from filelock import FileLock
 
-from convtune.errors import ConfigError
-from convtune.kernels.common import Meta, validate_meta
+from convtune.kernels import pins_schema as schema
+from convtune.kernels.common import Meta
 
 PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
 ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location
@@ -42,6 +42,7 @@ TORCH = "torch"  # a pin's value when torch's convolution is what runs for the k
 # the kernels a pin may name (kernel=library contests them all)
 LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "nhwc_split_n", "fold_igemm",
                    "fused_gluon", "nchw_1x1", "nchw_igemm")
+SECTIONS = ("seed",) + LIBRARY_KERNELS  # the variants that may have a section (kernels.VARIANTS; a test holds them equal)
 
 
 @dataclass(frozen=True)
@@ -81,54 +82,37 @@ def pin_key(problem_key: str, precision: str, training: bool = False) -> str:
 
 def load(path: Path) -> dict[str, Any]:
     """The whole file as {"pins": {...}}; an absent file is empty. Raises PinsError, naming the file (and the
-    entry), on anything malformed: unreadable, not UTF-8, not YAML, wrongly nested, or a pin that is not a valid
-    launch configuration."""
+    line or entry), on anything malformed: unreadable, not UTF-8, not YAML, a key repeated anywhere, a section
+    that is not a GPU, kernel or problem key (with the closest valid name), or a pin that is not a valid launch
+    configuration (a bool is not an int)."""
     if not path.exists():
         return {"pins": {}}
     try:
         text = path.read_text(encoding="utf-8")
-        if not text.strip():
-            raise PinsError(f"pins file {path}: empty (cut short? delete it to start with no pins)")
-        if text.startswith(HEADER.splitlines()[0]) and not text.endswith(END):
-            raise PinsError(f"pins file {path}: written by promote but its last line is not {END.strip()!r}: "
-                            "cut short (a copy or a full disk?), so pins may be missing; restore it (git, a "
-                            "backup) or, if you edited it by hand, end it with that line")
-        data = yaml.safe_load(text) or {"pins": {}}
-    except yaml.YAMLError as e:
-        raise PinsError(f"pins file {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     except UnicodeDecodeError as e:
         raise PinsError(f"pins file {path}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:  # a directory, no permission, ...
         raise PinsError(f"pins file {path}: cannot be read ({e.strerror})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("pins", {}), dict):
-        raise PinsError(f"pins file {path}: top level must be a mapping with a 'pins' mapping")
-    for gpu, kernels in (data.get("pins") or {}).items():
-        if not isinstance(kernels or {}, dict):
-            raise PinsError(f"pins file {path}: pins / {gpu} must map kernel names to their pins")
-        for kernel, entries in (kernels or {}).items():
-            if not isinstance(entries or {}, dict):
-                raise PinsError(f"pins file {path}: pins / {gpu} / {kernel} must map problem keys to pins")
-            for key, entry in (entries or {}).items():
-                where = f"pins file {path}: entry {gpu} / {kernel} / {key}"
-                if not isinstance(entry, dict):
-                    raise PinsError(f"{where} must be a mapping (meta, backend or kernel, provenance)")
-                named = entry.get("kernel")
-                if "kernel" in entry and (named not in LIBRARY_KERNELS or named == kernel or "backend" in entry):
-                    raise PinsError(f"{where}: 'kernel' names another of the library's kernels "
-                                    f"{list(LIBRARY_KERNELS)} than the section's ({kernel!r}), with a 'meta' and no "
-                                    f"'backend'; got kernel={named!r}")
-                if "backend" in entry:
-                    if entry["backend"] != TORCH or "meta" in entry:
-                        raise PinsError(f"{where}: 'backend' may only be {TORCH!r} (torch's convolution runs), "
-                                        f"and then without 'meta'; got backend={entry['backend']!r}")
-                    continue
-                try:
-                    validate_meta(Meta(**entry["meta"]))
-                except (TypeError, KeyError) as e:
-                    raise PinsError(f"{where} has no valid 'meta' (needs exactly {', '.join(Meta.keys())}): "
-                                    f"{e}") from None
-                except ConfigError as e:
-                    raise PinsError(f"{where}: {e}") from None
+    if not text.strip():
+        raise PinsError(f"pins file {path}: empty (cut short? delete it to start with no pins)")
+    if text.startswith(HEADER.splitlines()[0]) and not text.endswith(END):
+        raise PinsError(f"pins file {path}: written by promote but its last line is not {END.strip()!r}: "
+                        "cut short (a copy or a full disk?), so pins may be missing; restore it (git, a "
+                        "backup) or, if you edited it by hand, end it with that line")
+    return parse(text, str(path))
+
+
+def parse(text: str, where: str) -> dict[str, Any]:
+    """A pins file's text as load returns it, checked as load checks it; `where` names it in messages."""
+    from convtune.strict_yaml import DuplicateKey, load as strict_load
+
+    try:
+        data = strict_load(text) or {"pins": {}}
+    except DuplicateKey as e:
+        raise PinsError(f"pins file {where}: {e}") from None
+    except yaml.YAMLError as e:
+        raise PinsError(f"pins file {where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    schema.check(data, f"pins file {where}", SECTIONS, LIBRARY_KERNELS, PinsError)
     data.setdefault("pins", {})
     return data
 
@@ -173,7 +157,7 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
     `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
     another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
     caller's decision was made against a pin that is gone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(path)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
         data = load(path)  # refuses a broken file before anything is written
@@ -187,17 +171,61 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
         body = as_entry(in_section(value, kernel))
         data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {**body, "provenance": provenance}
         after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        # Never write what could not be read back to the same content (a value the schema refuses, a dump that
+        # would not parse): the file on disk stays as it was.
         try:
-            with os.fdopen(fd, "w") as f:
-                f.write(after)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            again = parse(after, f"{path} (as it would be written)")
+        except PinsError as e:
+            raise PinsError(f"{e}; nothing written") from None
+        if again != data:
+            raise PinsError(f"pins file {path}: the new text does not read back to the pins it was made from; "
+                            "nothing written")
+        _replace(path, after)
     return before, after
+
+
+def check_writable(path: Path) -> None:
+    """Refuse in one line (PinsError) unless promote can write `path`: its folder takes new files (the lock and
+    the temporary file) and the file, where it exists, is not read-only. Called before a contest starts, so that
+    its minutes are not spent on a decision that cannot be written; write_pin checks again."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".check")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise PinsError(f"pins file {path}: its folder {folder} takes no new file ({e.strerror}); promote writes "
+                        "the file by replacing it (set pins_file= to a writable place)") from None
+    if path.exists() and not os.stat(path).st_mode & 0o200:
+        raise PinsError(f"pins file {path}: read-only (mode {os.stat(path).st_mode & 0o777:o}); promote keeps "
+                        "such a file as it is (chmod u+w it to let promote write)")
+
+
+def _replace(path: Path, text: str) -> None:
+    """Replace `path` by `text` atomically (temp file + rename: readers see the old file or the new one, never
+    half of one), keeping the file's mode (a new file gets 0644 less the umask); the temp file never outlives a
+    failure. An OSError (a full disk) is a PinsError and the old file is untouched."""
+    if path.exists():
+        mode = os.stat(path).st_mode & 0o777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o644 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise PinsError(f"pins file {path}: not written ({e.strerror}); the file is as it was") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _geometry(key: str) -> tuple[str, int]:

@@ -6,17 +6,15 @@ parent run opened by a Hydra callback and child runs opened by jobs never depend
 
 from __future__ import annotations
 
-import atexit
 import functools
+import logging
 import math
 import os
 import re
 import socket
-import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
-from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -24,13 +22,16 @@ from mlflow.utils.time import get_current_time_millis
 
 from convtune import interrupts
 from convtune.errors import StoreError
+from convtune.track import sqlite_store
 from convtune.record import Status, Tag
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 # An unreachable tracking server took 254 s of MLflow's default retries to fail: one retry, 5 s a request.
+# A frozen server (SIGSTOP) accepts connections and never answers: each request then ends after the timeout, twice.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+HTTP_BOUND_S = 15  # one request at most: 2 tries of 5 s and the backoff between them
 SCHEMES = "sqlite:///path/to/mlflow.db, http(s)://host:port (an MLflow server) or a database URI (postgresql://...)"
 # The MLflow UI marks an experiment with this tag as model training (its runs table) rather than GenAI. The UI of
 # MLflow 3.17, though, decides by its own "GenAI | Model training" switch (remembered in the browser, GenAI at
@@ -38,7 +39,9 @@ SCHEMES = "sqlite:///path/to/mlflow.db, http(s)://host:port (an MLflow server) o
 # trace overview with the tag set (benchmarks/ui_check.py). The switch also follows the link's `workflowType`,
 # so the links convtune prints carry it (ui_link).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+UI_DEFAULT = "http://127.0.0.1:5000"
+# MLflow logs a database error with its whole traceback before raising it; convtune says it in one line (StoreError).
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # where `mlflow ui` serves by default
 
 
 def ui_link(experiment_id: str, base: str = UI_DEFAULT) -> str:
@@ -49,6 +52,7 @@ def ui_link(experiment_id: str, base: str = UI_DEFAULT) -> str:
 def resolve_uri(uri: str, base_dir: Path) -> str:
     """Make a relative `sqlite:///path` absolute against base_dir and create its folder; others unchanged."""
     if uri.startswith("sqlite:///"):
+        sqlite_store.validate(uri)
         path = Path(uri[len("sqlite:///"):])
         if not path.is_absolute():
             path = base_dir / path
@@ -58,47 +62,6 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
             raise StoreError(uri, f"cannot create the folder {path.parent}: {e.strerror}") from None
         return f"sqlite:///{path}"
     return uri
-
-
-def ensure_sqlite_store(uri: str) -> None:
-    """Create a new SQLite store safely: under a file lock, into a temporary file (schema migrated, WAL mode for
-    parallel writers on one host), renamed into place. Several processes creating one store at once, or a
-    Ctrl-C in the ~2 s of its creation, left it unopenable before ("table _alembic_tmp_latest_metrics already
-    exists"); now a store either does not exist or is complete. Other URIs: nothing to do."""
-    if not uri.startswith("sqlite:///"):
-        return
-    path = Path(uri[len("sqlite:///"):])
-    if path.exists():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=600):
-        if path.exists():
-            return  # another process created it while this one waited
-        for stale in path.parent.glob(f".{path.name}.creating-*"):  # left by a creator that was interrupted
-            stale.unlink(missing_ok=True)
-        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()  # creates the tables, migrated
-        con = sqlite3.connect(tmp)
-        try:
-            con.execute("PRAGMA journal_mode=WAL")  # persistent: readers and writers of one host stop blocking
-        finally:
-            con.close()
-        os.replace(tmp, path)
-
-
-@functools.lru_cache(maxsize=None)  # registered once per process
-def _close_sqlite_at_exit() -> None:
-    atexit.register(_close_sqlite_connections)
-
-
-def _close_sqlite_connections() -> None:
-    """Close the SQLite connections MLflow keeps pooled, so that the last one folds the WAL into the database
-    file and removes mlflow.db-wal/-shm, as collecting them at an ordinary exit does: the entry points end
-    without that collection (interrupts.exit_now)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    for engine in list(getattr(SqlAlchemyStore, "_engine_map", {}).values()):
-        engine.dispose()
 
 
 def this_process() -> dict[str, str]:
@@ -115,7 +78,8 @@ def _start_ticks(pid: int) -> Optional[str]:
         return None
 
 
-def _process_alive(process: str) -> bool:
+def process_alive(process: str) -> bool:
+    """Whether the process a run recorded (Tag.PROCESS, `pid:start`) is alive on this host."""
     pid_text, _, start = process.partition(":")
     try:
         pid = int(pid_text)
@@ -141,12 +105,33 @@ def _artifact_location(uri: str, experiment: str) -> Optional[str]:
     return (Path(uri[len("sqlite:///"):]).parent / slug).as_uri()
 
 
-def _uninterrupted(method: Any) -> Any:
-    """A store write is never cut in half by Ctrl-C: a signal waits until the call returns (interrupts.deferred)."""
+def one_line(uri: str, e: BaseException) -> StoreError:
+    """Any failure of the store (MLflow, SQLAlchemy, requests, OS errors) as one StoreError line."""
+    text = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip()
+    # the first line, without the "(sqlite3.DatabaseError) " prefix SQLAlchemy puts before it
+    first = re.sub(r"^\([\w.]+\) ", "", (text.splitlines() or [type(e).__name__])[0])
+    if "unsupported URI" in first or "Could not find a registered" in first:
+        first = f"unsupported scheme; use {SCHEMES}"
+    elif any(w in text for w in ("Max retries exceeded", "ReadTimeout", "ConnectTimeout")) or "timed out" in text.lower():
+        first = (f"no MLflow server answers there within {HTTP_BOUND_S} s (is `mlflow server` running, not stopped, "
+                 "and is the address right?)")
+    else:
+        first = sqlite_store.explain(text) or first
+    return StoreError(uri, first[:300])
+
+
+def _store_call(method: Any) -> Any:
+    """A store call is never cut in half by Ctrl-C (a signal waits until it returns: interrupts.deferred), and any
+    failure of the store in it (a full disk, a damaged table, a server gone or frozen) is one StoreError line."""
     @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: "Tracker", *args: Any, **kwargs: Any) -> Any:
         with interrupts.deferred():
-            return method(*args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError:
+                raise
+            except Exception as e:  # noqa: BLE001 - MLflow, SQLAlchemy, requests, OS errors: all mean "unusable"
+                raise one_line(self.uri, e) from None
     return wrapper
 
 
@@ -159,23 +144,19 @@ class Tracker:
             for k, v in HTTP_DEFAULTS.items():
                 os.environ.setdefault(k, v)
         try:
-            ensure_sqlite_store(uri)
-            if uri.startswith("sqlite:///"):
-                _close_sqlite_at_exit()
+            if uri.startswith(sqlite_store.PREFIX):
+                sqlite_store.validate(uri)
+                sqlite_store.ensure(uri)
+                sqlite_store.check_once(uri)  # a damaged store is refused before anything is written to it
+                sqlite_store.close_at_exit()
             self.client = MlflowClient(tracking_uri=uri)
             self.client.search_experiments(max_results=1)
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001 - MLflow, SQLAlchemy, requests, OS errors: all mean "unusable"
-            # the first line, without the "(sqlite3.DatabaseError) " prefix SQLAlchemy puts before it
-            first = re.sub(r"^\([\w.]+\) ", "", (str(e).strip().splitlines() or [type(e).__name__])[0])
-            if "unsupported URI" in first or "Could not find a registered" in first:
-                first = f"unsupported scheme; use {SCHEMES}"
-            elif "Max retries exceeded" in first or "timed out" in first.lower():
-                first = "no MLflow server answers there (is `mlflow server` running, and is the address right?)"
-            raise StoreError(uri, first[:300]) from None
+            raise one_line(uri, e) from None
 
-    @_uninterrupted
+    @_store_call
     def experiment_id(self, name: str) -> str:
         """The experiment's id, creating it if needed (a concurrent creator is tolerated)."""
         exp = self.client.get_experiment_by_name(name)
@@ -192,7 +173,7 @@ class Tracker:
                 raise
             return exp.experiment_id
 
-    @_uninterrupted
+    @_store_call
     def start_run(self, experiment_id: str, run_name: str, tags: dict[str, Any],
                   parent_id: Optional[str] = None) -> str:
         all_tags = {k: str(v) for k, v in {**this_process(), **tags}.items()}
@@ -200,7 +181,7 @@ class Tracker:
             all_tags[PARENT_TAG] = parent_id
         return self.client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
 
-    @_uninterrupted
+    @_store_call
     def log(self, run_id: str, params: Optional[dict[str, Any]] = None,
             metrics: Optional[dict[str, Optional[float]]] = None, tags: Optional[dict[str, Any]] = None) -> None:
         now = get_current_time_millis()
@@ -212,19 +193,20 @@ class Tracker:
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
 
-    @_uninterrupted
+    @_store_call
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self.client.log_text(run_id, text, artifact_file)
 
-    @_uninterrupted
+    @_store_call
     def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
         self.client.log_figure(run_id, figure, artifact_file)
 
-    @_uninterrupted
+    @_store_call
     def end(self, run_id: str, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status=status)
 
+    @_store_call
     def reap_orphans(self) -> list[str]:
         """Mark KILLED the RUNNING runs that this host's processes recorded and that are gone (a `kill -9`, a
         crash, a lost machine): every other run, and every process still alive, is left alone."""
@@ -232,7 +214,7 @@ class Tracker:
         reaped = []
         for r in self.search(f"attributes.status = 'RUNNING' AND tags.`{Tag.HOST}` = '{host}'"):
             process = r["tags"].get(Tag.PROCESS)
-            if not process or _process_alive(process):
+            if not process or process_alive(process):
                 continue
             self.log(r["run_id"], tags={Tag.STATUS: Status.KILLED, Tag.ERROR_TYPE: "ProcessGone",
                                         Tag.ERROR_MESSAGE: f"process {process.split(':')[0]} on {host} ended "
@@ -241,15 +223,18 @@ class Tracker:
             reaped.append(r["run_id"])
         return reaped
 
+    @_store_call
     def get(self, run_id: str) -> dict[str, Any]:
         return _as_dict(self.client.get_run(run_id))
 
+    @_store_call
     def search(self, filter_string: str) -> list[dict[str, Any]]:
         """Runs of every experiment matching an MLflow filter (AND only)."""
         ids = [e.experiment_id for e in self.client.search_experiments()]
         runs = self.client.search_runs(ids, filter_string=filter_string, max_results=50000) if ids else []
         return [_as_dict(r) for r in runs]
 
+    @_store_call
     def children(self, parent_id: str) -> list[dict[str, Any]]:
         parent = self.client.get_run(parent_id)
         runs = self.client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'",

@@ -27,7 +27,20 @@ from convtune.track.store import Tracker, say_reaped
 
 
 def candidate_runs(tracker: Tracker, identity: Identity) -> list[RunView]:
-    return [RunView(r) for r in tracker.search(identity.candidates_filter())]
+    """The finished, correct runs of `identity`; a run whose launch keys are not integers (`num_stages=True`, logged
+    from a pin that said `true` before pins were read strictly) is left out and counted, never a crash."""
+    runs, unreadable = [], []
+    for r in map(RunView, tracker.search(identity.candidates_filter())):
+        try:
+            r.meta
+        except (KeyError, ValueError):
+            unreadable.append(r.run_id)
+            continue
+        runs.append(r)
+    if unreadable:
+        print(f"ignoring {len(unreadable)} {identity.kernel} run(s) whose launch keys are not integers: "
+              + ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else ""))
+    return runs
 
 
 def validate(p: DictConfig) -> None:
@@ -62,6 +75,10 @@ def run_promote(cfg: DictConfig) -> int:
     from convtune.tune import contest  # only after resolve: the device decides how kernels load
 
     p = cfg.promote
+    if not p.dry_run:  # before the contest: its minutes are not spent on a decision that cannot be written
+        from convtune.kernels import pins
+
+        pins.check_writable(setup.pins_path)
     tracker = Tracker(setup.tracking_uri)
     say_reaped(tracker.reap_orphans())
     c = gather(setup, tracker)
