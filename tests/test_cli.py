@@ -129,7 +129,7 @@ def test_a_typo_added_with_plus_is_refused_before_a_sweep_starts(run_cli, store)
     r = run_cli("-m", "+num_warp=2,8", "problem=tiny")  # Hydra's own advice for an unknown key is the `+`
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == ("error: num_warp='2,8' is not allowed: not a convtune key (did you "
-                                                 "mean num_warps?); see the configuration keys in README.md")
+                                                 "mean num_warps?); see the configuration keys in docs/CONFIGURATION.md")
     assert every_run(store) == []  # nothing started, nothing left RUNNING
 
 

@@ -186,11 +186,11 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     kernel compiles: done here for sm_90 by this Triton's own compiler (and its ptxas), for both MMA warpgroup counts
     and both output layouts. The MMAs: 18 a gather per warpgroup (3 K steps × 2 column tiles × 3 rows), the column loop
     unrolled twice by the compiler (triton 3.6 on the H200 and 3.9: 36 a warpgroup). Whether ptxas keeps them in
-    flight is not asked here: triton 3.9's ptxas serialises them for want of registers, 3.6's does not (session 21);
-    benchmarks/check_fused_window.py counts the waits in the binary on the GPU.
+    flight is not asked here: triton 3.9's ptxas serialises them for want of registers, 3.6's does not (commit 84ce735);
+    benchmarks/check_fused_window.py at ba42e38 counts the waits in the binary on the GPU.
 
     In a fresh process without the interpreter: in the suite's process this compile failed ("'value' object has no
-    attribute 'dtype'", `tensor.__mul__` reaching the interpreter's semantics) in 1 of 5 full runs (session 26). The
+    attribute 'dtype'", `tensor.__mul__` reaching the interpreter's semantics) in 1 of 5 full runs (commit 3e5fcf9). The
     Triton interpreter's device-call path patches `triton.language.core`'s builtins and never restores them, and a check
     after each test found them patched after some interpreted tests; the failing order was not reproduced by hand."""
     pytest.importorskip("triton")

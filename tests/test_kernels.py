@@ -152,13 +152,13 @@ def test_default_configuration_per_problem_class():
     assert nhwc.default_meta(128, 1, 28) == Meta(64, 128, 32, 4, 3)
     assert nhwc.default_meta(64, 1, 56) == Meta(64, 64, 32, 4, 3)
     assert nhwc.default_meta(384, 1, 13, "tf32x3") == Meta(64, 64, 32, 4, 3)
-    pre = get_variant("nhwc_preround")  # its own sweep on a rounded input (issue 13, session 13)
+    pre = get_variant("nhwc_preround")  # its own sweep on a rounded input (issue 13, commit 8c733f9)
     assert pre.default_meta(384, 1, 13) == Meta(128, 128, 32, 4, 3)
     assert pre.default_meta(256, 1, 56) == pre.default_meta(192, 1, 27) == Meta(128, 256, 32, 8, 4)
     assert pre.default_meta(128, 1, 28) == Meta(128, 128, 32, 8, 3)
     assert pre.default_meta(64, 1, 56) == nhwc.default_meta(64, 1, 56)  # not swept: nhwc_igemm's
     assert pre.default_meta(384, 1, 13, "ieee") == nhwc.default_meta(384, 1, 13, "ieee")  # nothing to round first
-    fold = get_variant("fold_igemm")  # L1 #50's best on the H200 (session 14), its 96 channels as 64 + 32
+    fold = get_variant("fold_igemm")  # L1 #50's best on the H200 (commit ac19ec3), its 96 channels as 64 + 32
     assert fold.default_meta(96, 4, 224) == Meta(128, 128, 32, 4, 4)
     assert fold.default_meta(64, 2, 224) == Meta(128, 64, 32, 4, 4)
     assert fold.default_meta(96, 4, 224, "tf32x3") == Meta(64, 128, 16, 4, 3)

@@ -377,7 +377,7 @@ def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
         value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == bad[0]), None)
         raise ConfigError(bad[0], OmegaConf.select(cfg, bad[0], default=value),
                           (f"not a convtune key (did you mean {close[0]}?)" if close else "not a convtune key")
-                          + "; see the configuration keys in README.md")
+                          + "; see the configuration keys in docs/CONFIGURATION.md")
 
 
 def check_device(cfg: DictConfig, device: str) -> None:

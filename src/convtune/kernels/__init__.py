@@ -116,7 +116,7 @@ def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
 # The library's choice (convtune.conv2d; the tracker's `kernel=library`): implicit_gemm for an NCHW call,
 # nhwc_igemm for a channels_last one whose input has enough channels. nhwc_igemm's K steps are BLOCK_K (16-64)
 # channels of one tap: with fewer channels most of each step is masked (L1 #50's 3 channels: 7.37 ms channels_last
-# against 0.52 ms through implicit_gemm on the H200, docs/evidence/h200_issue13_vs_cudnn_spin.txt), and its
+# against 0.52 ms through implicit_gemm on the H200, docs/evidence/h200_issue13_vs_cudnn_spin.txt at ba42e38), and its
 # 16-byte loads and TMA need C_in % 4 == 0.
 LIBRARY = "library"
 NHWC_MIN_CHANNELS = 16
@@ -128,7 +128,7 @@ def library_variant(layout: str, in_channels: int) -> str:
     "channels_last", the output's) whose input has `in_channels` channels; its pins decide the call
     (library_choice). An NCHW call stays on implicit_gemm by default although nhwc_igemm on a channels_last copy
     ran the suite's stride-1 layers 2-3x faster on the H200: it ran resnet50_layer1_1x1 5x slower (0.424 against
-    0.085 ms; docs/PERFORMANCE.md, session 11), so that choice is left to a contest per shape."""
+    0.085 ms; docs/PERFORMANCE.md, commit 24ed9a4), so that choice is left to a contest per shape."""
     if layout == "channels_last" and in_channels >= NHWC_MIN_CHANNELS and in_channels % 4 == 0:
         return "nhwc_igemm"
     return "implicit_gemm"

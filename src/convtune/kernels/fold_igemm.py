@@ -1,4 +1,4 @@
-"""`fold_igemm` (issue 13, session 14): a strided convolution over few channels as a stride-1 GEMM fed by TMA.
+"""`fold_igemm` (issue 13, commit ac19ec3): a strided convolution over few channels as a stride-1 GEMM fed by TMA.
 
 A stride-(SH, SW) convolution is, after a space-to-depth of its padded input (`fold`: channel (c, r, s) of folded
 position (hf, wf) is x[c, SH·hf + r - PH, SW·wf + s - PW], zero outside), a stride-1 convolution without padding
@@ -15,15 +15,15 @@ every WF, are computed and not stored). Where the output channels fill three qua
 96 of 128), the tile is split into BLOCK_N/2 + BLOCK_N/4 columns, two MMAs sharing each A tile, so that no MMA runs
 on zero weights.
 
-Measured on the H200 (benchmarks/probe_fold_rows.py, probe_fold_tma.py, probe_fold_library.py, probe_fold_overlap.py;
-docs/evidence/h200_issue13_fold_*.txt), L1 #50, fold + convolution in one call: 0.398 ms at M128-N64+32-K32-w4-s4 (the
-convolution 0.32, the tiled fold 0.080; session 15), where implicit_gemm at its pin took 0.526 ms and cuDNN 2.10. In the
+Measured on the H200 (benchmarks/probe_fold_rows.py at ba42e38, probe_fold_tma.py, probe_fold_library.py, probe_fold_overlap.py;
+docs/evidence/h200_issue13_fold_*.txt at ba42e38), L1 #50, fold + convolution in one call: 0.398 ms at M128-N64+32-K32-w4-s4 (the
+convolution 0.32, the tiled fold 0.080; commit 4cd2d01), where implicit_gemm at its pin took 0.526 ms and cuDNN 2.10. In the
 probes: the masked-load version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent
 grids (one or two programs per SM, with and without flattened loops) 0.49-1.06; the batch in chunks with the folds on a
-second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (session 15): the convolution is latency-bound at 8 warps an SM
-(tensor pipe 50 %). Session 16 (docs/PERFORMANCE.md): Triton's automatic warp specialisation gave wrong results on this
-K loop; a Gluon version outside the library (benchmarks/probe_fold_gluon.py: the weight resident in shared memory, two
-MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. Session 18: the fold fused into a
+second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (commit 4cd2d01): the convolution is latency-bound at 8 warps an SM
+(tensor pipe 50 %). commit 57f6b6b (docs/PERFORMANCE.md): Triton's automatic warp specialisation gave wrong results on this
+K loop; a Gluon version outside the library (benchmarks/probe_fold_gluon.py at ba42e38: the weight resident in shared memory, two
+MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. commit 40a431a: the fold fused into a
 Gluon kernel in the library, `fused_gluon` (L1 #50's family on Hopper), now pinned for L1 #50's NCHW key.
 """
 
@@ -46,7 +46,7 @@ from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (strides not a power of two; not tuned)
 # Folded elements per program of the tiled fold (_fold_rows_kernel), 8 warps: L1 #50's fold 0.080 ms against 0.100 for
 # the elementwise one, which NCU found ALU-bound on its index arithmetic (89 % of the SM's ALU, DRAM 61 %;
-# benchmarks/probe_fold_overlap.py, docs/evidence/h200_issue13_fold_overlap.txt). The tile size was not tuned.
+# benchmarks/probe_fold_overlap.py at ba42e38, docs/evidence/h200_issue13_fold_overlap.txt at ba42e38). The tile size was not tuned.
 FOLD_TILE = 4096
 
 # How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the

@@ -1,4 +1,4 @@
-"""`fused_gluon` (issue 13, session 18): L1 #50's convolution as one Gluon kernel for Hopper, the fold fused away.
+"""`fused_gluon` (issue 13, commit 40a431a): L1 #50's convolution as one Gluon kernel for Hopper, the fold fused away.
 
 fold_igemm folds the input (space-to-depth by the stride) into a buffer and runs a stride-1 GEMM on it; on L1 #50 the
 fold is 0.076 ms of its 0.398. This kernel reads the NCHW input itself. In the folded K order (folded kernel row a,
@@ -7,21 +7,21 @@ and input column t, so each warp load of the A operand is 32 consecutive floats 
 from global memory (through L1) straight into the MMA's registers, rounded to TF32 there with fold_igemm's rounding
 (ties away, as cuDNN rounds on these layers), and never passes through shared memory. The folded, rounded weight
 stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded once by TMA; a persistent program an SM
-runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since session 22 a
+runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since commit 517fd9f a
 warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and feeds
 the three output rows that read it (18 MMAs a gather instead of 6), its next rows prefetched into L2, and an NCHW
 output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). The SM's shared-memory carveout is
 set to 75 % so that L1 keeps the input rows. The products and their order are fold_igemm's: the output is
 fold_igemm's bit for bit.
 
-Measured on the H200 (benchmarks/probe_fused_gluon.py, docs/evidence/h200_issue13_fused_gluon.txt, session 17): the
+Measured on the H200 (benchmarks/probe_fused_gluon.py at ba42e38, docs/evidence/h200_issue13_fused_gluon.txt at ba42e38, commit 2e8d5d8): the
 whole L1 #50 call 0.3445 ms with 3 MMA warpgroups, against 0.3985 for fold_igemm at its pin in the same run; 2
 warpgroups 0.350; without the carveout 0.354 (3); NCU: latency-bound (issue slots 37-45 %, L1TEX scoreboard 31 %
-of a warp's cycles). Session 19 (benchmarks/probe_fused_gluon_hints.py,
-docs/evidence/h200_issue13_fused_gluon_hints.txt): the output stores marked evict_first and the L2 prefetch one of the
+of a warp's cycles). commit 5df2d07 (benchmarks/probe_fused_gluon_hints.py at ba42e38,
+docs/evidence/h200_issue13_fused_gluon_hints.txt at ba42e38): the output stores marked evict_first and the L2 prefetch one of the
 warpgroup's rows ahead instead of two, 0.3225 ms against 0.3459 for the kernel before, the outputs bit for bit the
-same. Session 21 (a probe, benchmarks/probe_fused_window.py of commit 84ce735;
-docs/evidence/h200_issue13_fused_window.txt): the window with the stores by channel, 0.2869-0.2891 ms against
+same. commit 84ce735 (a probe, benchmarks/probe_fused_window.p at ba42e38y of commit 84ce735;
+docs/evidence/h200_issue13_fused_window.txt at ba42e38): the window with the stores by channel, 0.2869-0.2891 ms against
 0.3212-0.3260 for the one-row kernel in the same runs, the output bit for bit the same.
 
 What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability 9.0: wgmma, TMA),
@@ -80,11 +80,11 @@ MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
 COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
 # Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 4 warps (255
 # the most ptxas gives) and 8 for 8 warps less what the program's other warps take; the window compiled with no spills
-# at both (session 21; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31)
+# at both (commit 84ce735; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31)
 REGISTERS = {1: 255, 2: 240}
 # The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
 # memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50
-# 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, session 17)
+# 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, commit 2e8d5d8)
 CARVEOUT = 75
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 FIXED = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4}

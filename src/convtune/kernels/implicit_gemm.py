@@ -202,7 +202,7 @@ def bind(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional
     """The plan's launch with its binary, grid and constexprs bound: `launch(x, packed_weight, bias or x, out)`
     for tensors aligned as these (and an output from torch's allocator). It skips Triton's per-call binding of
     26 arguments, its specialisation key and cache lookup (JITFunction.run), which took more host time than
-    torch's whole convolution call inside a ResNet-50 forward (docs/evidence/h200_issue11_pins.txt §9). Launch
+    torch's whole convolution call inside a ResNet-50 forward (docs/evidence/h200_issue11_pins.txt at ba42e38 §9). Launch
     hooks (profilers) still run: Triton's runner reads them on every call. Compiles and checks the binary as
     `run` does if no call has yet. None off CUDA, under the interpreter, and where this Triton's compiled kernel has no runner."""
     if x.device.type != "cuda" or not isinstance(_conv2d_igemm_kernel, triton.runtime.JITFunction):  # interpreter

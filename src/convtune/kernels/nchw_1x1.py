@@ -1,4 +1,4 @@
-"""`nchw_1x1` (issue 13, session 19): a 1×1 stride-1 convolution read straight from NCHW, as the batched GEMM it is.
+"""`nchw_1x1` (issue 13, commit 5df2d07): a 1×1 stride-1 convolution read straight from NCHW, as the batched GEMM it is.
 
 With a 1×1 kernel, stride 1 and no padding, image n's output is Xₙᵀ·Wᵀ: M = the image's H·W positions, N = C_out,
 K = C_in. In NCHW an input tile is BLOCK_K channels × BLOCK_M positions with the positions contiguous, which TF32 wgmma
@@ -12,7 +12,7 @@ TMA row must start 16-byte aligned) the tile is a masked load instead.
 
 Why (resnet50_layer1_1x1, the suite's worst row with an NCHW input, 0.40x cuDNN's faster layout: nhwc_igemm needs a
 copy of the 205 MB input to channels_last, and implicit_gemm breaks TF32 ties away from zero, 1.9e-4 from cuDNN
-here). On the H200 (benchmarks/probe_pointwise.py, docs/evidence/h200_issue13_nchw_1x1.txt): 0.0698 ms at
+here). On the H200 (benchmarks/probe_pointwise.py at ba42e38, docs/evidence/h200_issue13_nchw_1x1.txt at ba42e38): 0.0698 ms at
 M64-N64-K32-w4-s3 against cuDNN's 0.0737 NCHW and 0.0728 channels_last (1.04x; 3.7 TB/s), implicit_gemm 0.0844;
 with masked loads instead of TMA 0.0950 at its best; the same GEMM with the input as the B operand (stored
 transposed in shared memory for the MMA) slower than 0.104 at every tile. Tiles of 128 output channels gave wrong outputs on the H200 (0.25-0.42

@@ -192,7 +192,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 # (binary key, device, alignments; grid) → (bound launch, compiled kernel, LLVM level): run's later calls of a
 # binary go past Triton's per-call dispatch (common.bound_runner), the host cost that kept torch on NCHW keys our
-# kernel won on GPU time (docs/PERFORMANCE.md, session 13)
+# kernel won on GPU time (docs/PERFORMANCE.md, commit 8c733f9)
 _bound: dict[tuple, tuple] = {}
 
 

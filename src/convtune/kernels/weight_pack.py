@@ -1,7 +1,7 @@
 """The packed weight (implicit_gemm.pack_weight: kernel rows widened to their aligned window, TF32-rounded)
 made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
 while the GPU waits: the four torch operations of pack_weight took 331 µs of host time there against 395 µs for
-torch's whole stem convolution (H200, ResNet-50 train step, batch 32, benchmarks/probe_train_timeline.py).
+torch's whole stem convolution (H200, ResNet-50 train step, batch 32, benchmarks/probe_train_timeline.py at ba42e38).
 This kernel writes every element of the packed tensor, the zero taps too, so nothing is allocated zeroed first;
 on CUDA its compiled binary is launched through a bound runner, as implicit_gemm.bind does."""
 

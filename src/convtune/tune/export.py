@@ -4,7 +4,7 @@ imports → @triton.jit kernel(s) → wrappers (grid and launch, the pinned conf
 
 The kernels and their pure helpers are copied from the library's source (inspect), so the file runs the
 library's code; the launch wrappers are written here. Exportable: `implicit_gemm`, `fold_igemm` and `fused_gluon`
-(what `kernel=library` runs on L1 #50 with NCHW input on the H200 since session 18: a Gluon kernel for Hopper, whose
+(what `kernel=library` runs on L1 #50 with NCHW input on the H200 since commit 40a431a: a Gluon kernel for Hopper, whose
 file falls back to the model's own convolution anywhere else, as every exported file does off the GPU).
 """
 
@@ -199,7 +199,7 @@ WINDOW_ROWS = {fg.WINDOW_ROWS}  # the folded kernel's rows as the kernel takes t
 # launch keys (shapes, bias, device, 16-byte alignments) → the compiled kernel's launcher and its constexprs: after the
 # first call a launch skips Triton's per-call dispatch (the forward's host time: 109 us through it, 20 us for the
 # library's bound launch on the H200; KernelBench times each call alone after a 0.07 ms L2 clear, so host time past
-# that shows in its runtime; session 22)
+# that shows in its runtime; commit 517fd9f)
 _launches = {{}}
 
 
