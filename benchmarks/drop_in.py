@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.functional import default_precision, lookup, output_format
+from convtune.library.functional import default_precision, lookup, output_format
 from convtune.kernels import pins
 
 

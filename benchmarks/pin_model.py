@@ -40,7 +40,7 @@ import torch.nn.functional as F
 import yaml
 
 import convtune
-from convtune import functional
+from convtune.library import functional
 from convtune.kernels import library_choice, library_variant, pins
 
 ROOT = Path(__file__).resolve().parents[1]

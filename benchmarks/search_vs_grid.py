@@ -12,7 +12,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from convtune.search import Space, make_sampler
+from convtune.launch.search import Space, make_sampler
 
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 

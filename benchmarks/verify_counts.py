@@ -1,4 +1,4 @@
-"""Count the cases of a `python -m convtune.verify --out FILE.jsonl` run by variant, input layout and outcome (a run
+"""Count the cases of a `python -m convtune.commands.verify --out FILE.jsonl` run by variant, input layout and outcome (a run
 cut short by a time limit leaves its JSONL, not its summary table).
 
     python benchmarks/verify_counts.py verify.jsonl

@@ -141,7 +141,7 @@ def test_a_gpu_preset_is_refused_without_a_gpu_and_known_keys_pass():
 
 
 def test_calibrate_without_a_gpu_is_one_line():
-    from convtune import calibrate
+    from convtune.commands import calibrate
 
     with pytest.raises(SystemExit, match="no CUDA device is visible here"):
         calibrate.main()

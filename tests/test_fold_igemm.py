@@ -1,14 +1,14 @@
 """fold_igemm (Triton interpreter): the fold is the space-to-depth it claims to be, the folded GEMM is the strided
 convolution (L1 #50's geometry too, with cuDNN's TF32 rounding), the 96-channel column split, what it refuses, and
 the library running it where a pin names it. GPU-only behaviour (TMA, the bound launches, many random shapes) is
-checked by `python -m convtune.verify --variants fold_igemm` and tests/gpu_scripts/fold_igemm.py."""
+checked by `python -m convtune.commands.verify --variants fold_igemm` and tests/gpu_scripts/fold_igemm.py."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional
+from convtune.library import functional
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import Meta, get_variant, pins
 from convtune.kernels import fold_igemm as fi

@@ -1,7 +1,7 @@
 """fused_gluon on the CPU: what it takes and refuses (in one line that names the limit), its packed weight, the
 gather's index algebra restated in torch, its Gluon source compiled for sm_90 by the installed Triton (no GPU needed),
 and its place in the library, verify and the pins. Its outputs are GPU-only (Gluon has no interpreter): checked by
-tests/gpu_scripts/fused_gluon.py and `python -m convtune.verify --variants fused_gluon` on a Hopper GPU."""
+tests/gpu_scripts/fused_gluon.py and `python -m convtune.commands.verify --variants fused_gluon` on a Hopper GPU."""
 
 import os
 import random
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional
+from convtune.library import functional
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
 from convtune.kernels import fused_gluon as fg
@@ -241,8 +241,8 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
 
 
 def test_verify_draws_fused_gluon_cases_from_its_family_at_tf32_and_refuses_it_off_hopper(capsys):
-    from convtune.verify import main as verify_main
-    from convtune.verify import make_cases
+    from convtune.commands.verify import main as verify_main
+    from convtune.commands.verify import make_cases
 
     cases = make_cases(["fused_gluon"], ["tf32", "ieee"], 300, 0, small=True)
     assert len(cases) == 300 and {c.precision for c in cases} == {"tf32"}

@@ -79,7 +79,7 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     import torch.nn.functional as F
 
     import convtune
-    from convtune import functional
+    from convtune.library import functional
     from convtune.kernels import pins
     from convtune.problem import ConvProblem
 
@@ -108,7 +108,7 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     import torch.nn.functional as F
 
     import convtune
-    from convtune import functional
+    from convtune.library import functional
     from convtune.kernels import pins
     from convtune.problem import ConvProblem
 
@@ -137,7 +137,7 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
     to torch.nn.Conv2d; one whose "+train" pin names a configuration, and one with no pin (the kernel's default),
     stay convtune's."""
     import convtune
-    from convtune import functional
+    from convtune.library import functional
     from convtune.kernels import pins
     from convtune.kernels.common import Meta
     from convtune.problem import ConvProblem

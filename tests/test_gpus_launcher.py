@@ -1,4 +1,4 @@
-"""`hydra/launcher=gpus` (convtune.gpu_pool): one process per job, one job per GPU slot at a time, and a job
+"""`hydra/launcher=gpus` (convtune.launch.pool): one process per job, one job per GPU slot at a time, and a job
 that hangs or dies becomes a FAILED run with the reason while the sweep goes on. On the CPU the slots are
 given explicitly (hydra.launcher.gpus=[0,1]): each job's process still gets its CUDA_VISIBLE_DEVICES, and runs
 on the interpreter. Real subprocesses and a real SQLite store; hangs come from convtune.interrupts' pause
@@ -121,7 +121,7 @@ def test_the_launchers_own_keys_are_refused_in_one_line_before_anything_is_recor
 
 
 def test_check_settings_names_the_key_the_value_and_what_is_allowed():
-    from convtune.gpu_pool import check_settings
+    from convtune.launch.pool import check_settings
 
     check_settings(["0", "GPU-8a1b2c3d-0000-1111-2222-333344445555"], 600)
     check_settings(None, 0.5)

@@ -14,6 +14,9 @@ THIRD_PARTY_BANNED = {
     "track": {"torch", "triton", "hydra", "omegaconf"},
     "record": {"torch", "triton", "hydra", "omegaconf", "mlflow"},
     "hydra_plugins": set(),
+    "library": {"mlflow", "hydra", "omegaconf", "matplotlib"},
+    "commands": {"mlflow", "hydra", "omegaconf"},
+    "launch": {"torch", "triton", "mlflow"},
 }
 CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
     "kernels": {"convtune.errors", "convtune.strict_yaml"},
@@ -23,6 +26,10 @@ CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room 
     "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.setup",
              "convtune.config", "convtune.problem", "convtune.errors"},
     "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
+    "library": {"convtune.kernels", "convtune.problem", "convtune.errors"},
+    "commands": {"convtune.kernels", "convtune.measure", "convtune.problem", "convtune.config", "convtune.errors"},
+    # the launchers record lost jobs through the sweep's state, never through the sweep's callback (sweep.py)
+    "launch": {"convtune.sweep_state", "convtune.record", "convtune.errors", "convtune.interrupts"},
 }
 
 
@@ -59,4 +66,41 @@ def test_each_room_imports_only_what_it_may(path):
 
 def test_every_room_is_checked():
     rooms = {room_of(p) for p in SRC.rglob("*.py")}
-    assert {"kernels", "measure", "track", "record", "tune", "hydra_plugins"} <= rooms
+    assert {"kernels", "measure", "track", "record", "tune", "hydra_plugins", "library", "commands", "launch"} <= rooms
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the project modules it imports (at any depth of its code: a function-level import is an edge too). An
+    import of a package's submodule is an edge to the submodule alone."""
+    mods = {}
+    for p in SRC.rglob("*.py"):
+        parts = list(p.relative_to(SRC).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph = {}
+    for name, p in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom) and node.module in mods and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(mods)
+                deps |= subs | ({node.module} if len(subs) < len(node.names) else set())
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_two_modules_import_each_other_through_any_path():
+    """sweep.py and the slurm launcher imported each other; the launchers now record through sweep_state."""
+    graph = _import_graph()
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+    cycles = sorted((a, b) for a in graph for b in graph[a]
+                    if a in reach(b) and not (b.startswith(a + ".") or a.startswith(b + ".")))
+    assert cycles == []

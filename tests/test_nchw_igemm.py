@@ -3,7 +3,7 @@ interpreter (taps shifted along both axes, padding along H other than along W, d
 C_in % 4 == 0 and pointer loads elsewhere, both output layouts, a channels_last input copied first), its TF32 rounding
 ties broken to even in the kernel, its source compiled for sm_90 by the installed Triton (a register-A wgmma, no GPU
 needed), and its place in the library, verify and the pins. GPU-only behaviour: tests/gpu_scripts/nchw_igemm.py and
-`python -m convtune.verify --variants nchw_igemm`."""
+`python -m convtune.commands.verify --variants nchw_igemm`."""
 
 import json
 import os
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional
+from convtune.library import functional
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
 from convtune.kernels import nchw_igemm as ni
@@ -162,8 +162,8 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
 
 
 def test_verify_draws_nchw_igemm_cases_from_its_family_at_tf32_and_they_pass_in_the_interpreter(capsys):
-    from convtune.verify import main as verify_main
-    from convtune.verify import make_cases
+    from convtune.commands.verify import main as verify_main
+    from convtune.commands.verify import make_cases
 
     for small in (True, False):
         cases = make_cases(["nchw_igemm"], ["tf32", "ieee"], 200, 0, small=small)

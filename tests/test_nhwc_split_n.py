@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional, kernels
+from convtune import kernels
+from convtune.library import functional
 from convtune.kernels import Meta, nhwc_igemm, pins
 from convtune.kernels import nhwc_split_n as sn
 from convtune.kernels.common import geometry

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 import triton
 
 import convtune
-from convtune import functional, kernels
+from convtune import kernels
+from convtune.library import functional
 from convtune.kernels import Meta, llvm_opt, nhwc_igemm, pins
 from convtune.kernels import nhwc_streamk as sk
 from convtune.kernels.common import geometry

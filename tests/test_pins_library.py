@@ -11,7 +11,8 @@ import yaml
 import torch.nn.functional as F
 
 import convtune
-from convtune import functional, kernels
+from convtune import kernels
+from convtune.library import functional
 from convtune.kernels import Meta, pins
 from convtune.kernels import implicit_gemm as ig
 from convtune.kernels import nhwc_igemm as nhwc
@@ -247,12 +248,12 @@ def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     functional.forget_choices()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1))
     assert "M16-N32-K16-w2-s2 from pin interpreter" in caplog.text
     torch.testing.assert_close(y, tf32_conv(x, w, b, (2, 1), (2, 1)), rtol=1e-4, atol=1e-4)
     caplog.clear()
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         convtune.conv2d(x[:1], w, b, stride=(2, 1), padding=(2, 1))  # batch 1: nearest pinned shape
         convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))  # no bias: another geometry → default
     assert "from nearest pin interpreter" in caplog.text and "implicit_gemm default" in caplog.text
@@ -350,7 +351,7 @@ def test_a_pin_naming_the_other_kernel_routes_the_call_there_in_either_layout(tm
         caplog.clear()
         xr, wr = inp.detach().double().requires_grad_(), w.detach().double().requires_grad_()
         wg = w.clone().requires_grad_()
-        with caplog.at_level("DEBUG", logger="convtune.functional"):
+        with caplog.at_level("DEBUG", logger="convtune.library.functional"):
             y = convtune.conv2d(inp, wg, b, padding=1, precision="ieee")
         assert f"{kernel} M16-N32-K16-w2-s2 from pin interpreter / " in caplog.text, caplog.text
         assert [type(p) for p in functional._plans.values()] == [plan_type]
@@ -428,7 +429,7 @@ def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, 
     assert not torch.equal(ours, expected)  # so the bitwise equality below tells the two paths apart
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     functional.forget_choices()
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"), expected)
     assert f"torch from pin interpreter / implicit_gemm / {ieee_key}" in caplog.text
     # gradients are torch's own (no convtune operator in the graph)
@@ -552,7 +553,7 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
     pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     functional.forget_choices()
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, padding=1, precision="ieee"), expected)
         nchw = convtune.conv2d(x.contiguous(), w, b, padding=1, precision="ieee")
     assert f"torch from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
@@ -560,7 +561,7 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
     pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, Meta(16, 32, 16, 2, 2), {})
     functional.forget_choices()
     caplog.clear()
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, b, padding=1, precision="ieee")
     assert f"M16-N32-K16-w2-s2 from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
     assert y.is_contiguous(memory_format=torch.channels_last) and not torch.equal(y, expected)
@@ -580,7 +581,7 @@ def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels
     w = (torch.rand(7, channels, 3, 2, generator=g) - 0.5).requires_grad_()
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     functional.forget_choices()
-    with caplog.at_level("DEBUG", logger="convtune.functional"):
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, None, stride=(1, 2), padding=(1, 0), precision="ieee")
     assert f"from {kernel} default" in caplog.text, caplog.text
     assert y.is_contiguous(memory_format=torch.channels_last)

@@ -1,4 +1,4 @@
-"""`hydra/sweeper=search` (convtune.search): an Optuna study over the sweep's values with a budget of distinct
+"""`hydra/sweeper=search` (convtune.launch.search): an Optuna study over the sweep's values with a budget of distinct
 configurations, failed configurations as failed trials, nothing measured twice, and a study that resumes,
 after an interrupt too. Real subprocesses of run.py, a real SQLite MLflow store, a real Optuna SQLite storage,
 the Triton interpreter on the tiny problem."""
@@ -135,7 +135,7 @@ def test_a_search_fills_every_gpu_slot_of_the_gpus_launcher_in_batches(run_cli, 
 def test_numeric_values_are_an_ordered_dimension_and_others_categorical():
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
-    from convtune.search import parse_space
+    from convtune.launch.search import parse_space
 
     space = parse_space(["problem=tiny", "BLOCK_M=64,16,32", "precision=tf32,ieee", "num_warps=4"])
     assert space.fixed == ("problem=tiny", "num_warps=4") and space.size() == 6

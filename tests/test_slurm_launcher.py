@@ -1,4 +1,4 @@
-"""`hydra/launcher=slurm` and `slurm_local` (convtune.slurm_launch, through submitit): the batch script of an
+"""`hydra/launcher=slurm` and `slurm_local` (convtune.launch.slurm, through submitit): the batch script of an
 array rendered without a cluster, and the same jobs run through submitit's local executor, where the device is
 decided in each job, a job that dies or is planned for a GPU it lacks becomes a FAILED run with the reason, and
 a Ctrl-C leaves nothing RUNNING. Real `python run.py` subprocesses, real submitit processes, a real SQLite store;

@@ -182,7 +182,7 @@ def test_a_childs_run_name_puts_what_the_sweep_varies_first():
 
 
 def _state(store, status="RUNNING"):
-    from convtune.sweep import SweepState
+    from convtune.sweep_state import SweepState
 
     t = Tracker(store)
     exp = t.experiment_id("tiny [interpreter]")
@@ -193,7 +193,8 @@ def _state(store, status="RUNNING"):
 
 
 def test_a_sweep_folder_in_use_by_a_running_sweep_is_refused_and_an_ended_ones_is_taken(tmp_path, store):
-    from convtune.sweep import STATE_FILE, SweepCrossed, _still_running, claim_folder
+    from convtune.sweep import _still_running
+    from convtune.sweep_state import STATE_FILE, SweepCrossed, claim_folder
 
     running = _state(store)
     running.save(tmp_path / "busy")
@@ -210,7 +211,7 @@ def test_a_sweep_folder_in_use_by_a_running_sweep_is_refused_and_an_ended_ones_i
 
 
 def test_a_job_refuses_a_state_file_of_another_sweep(tmp_path, store, monkeypatch):
-    from convtune.sweep import SWEEP_ENV, SweepCrossed, SweepState
+    from convtune.sweep_state import SWEEP_ENV, SweepCrossed, SweepState
 
     theirs = _state(store)
     theirs.save(tmp_path)

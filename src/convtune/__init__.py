@@ -11,11 +11,11 @@ __all__ = ["conv2d", "nn"]
 
 def __getattr__(name: str):  # lazy, so that importing convtune decides nothing about the interpreter
     if name == "conv2d":
-        from convtune.functional import conv2d
+        from convtune.library.functional import conv2d
 
         return conv2d
     if name == "nn":
-        import convtune.nn as nn
+        import convtune.library.nn as nn
 
         return nn
     raise AttributeError(f"module 'convtune' has no attribute {name!r}")

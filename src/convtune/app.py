@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from convtune import interrupts
 from convtune.config import TOLERANCE
 from convtune.setup import Setup, enum_value, experiment_name, resolve
-from convtune.sweep import SweepState
+from convtune.sweep_state import SweepState
 from convtune.record import Metric, RunView, Status, Tag
 from convtune.track.store import Tracker, say_reaped
 
@@ -126,7 +126,7 @@ def _resume(tracker: Tracker, job: _Job, earlier: RunView) -> Optional[float]:
 def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
     from convtune import kernels
     from convtune.measure import one_config
-    from convtune.calibrate import apply_cache
+    from convtune.measure.ceilings import apply_cache
     from convtune.measure.metrics import gpu_spec
 
     s = job.setup

@@ -283,7 +283,7 @@ class Setup:
             out[Tag.PROBLEM_KEY] = self.problem.key()
         if os.environ.get("CONVTUNE_GPU_SLOT") is not None:  # the GPU the gpus launcher gave this job (gpu_pool)
             out[Tag.GPU_SLOT] = os.environ["CONVTUNE_GPU_SLOT"]
-        if os.environ.get("CONVTUNE_BATCH_JOB"):  # the scheduler's job id (slurm_launch.run_one)
+        if os.environ.get("CONVTUNE_BATCH_JOB"):  # the scheduler's job id (launch.slurm.run_one)
             out[Tag.BATCH_JOB] = os.environ["CONVTUNE_BATCH_JOB"]
         return out
 

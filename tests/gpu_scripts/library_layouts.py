@@ -20,7 +20,7 @@ PINS = Path(tempfile.mkdtemp()) / "pins.yaml"
 os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random shapes, no pins but these
 
 import convtune  # noqa: E402
-from convtune import functional  # noqa: E402
+from convtune.library import functional  # noqa: E402
 from convtune.kernels import get_variant, library_variant, pins  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 

@@ -29,13 +29,13 @@ class KernelVariant:
     source_hash: str
     tf32_ties: str  # how `tf32` breaks rounding ties ("away" or "even": kernels/precision.py)
     # launch's arguments → a call that launches with everything checked and planned once, as the library's call
-    # does after a signature's first (convtune.functional); None where the library does not run the variant
+    # does after a signature's first (convtune.library.functional); None where the library does not run the variant
     prepared: Optional[Callable[..., Callable[[], Any]]] = None
     # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
     # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
     restricted_to: Optional[str] = None
     # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs (None: any
-    # device, the interpreter too): what checks over every variant (convtune.verify) read, rather than lists of names
+    # device, the interpreter too): what checks over every variant (convtune.commands.verify) read, rather than lists of names
     precisions: Optional[tuple[str, ...]] = None
     compute_capability: Optional[tuple[int, int]] = None
 

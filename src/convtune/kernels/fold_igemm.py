@@ -413,7 +413,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
 def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
              dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
              groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.functional): the checks and
+    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and
     the plan here, once; the returned call folds and launches, writing `out` (allocated here if None)."""
     plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
 

@@ -267,7 +267,7 @@ def launch(
 def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: IntPair, padding: IntPair,
              dilation: IntPair, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
              groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.functional caches one per
+    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional caches one per
     signature): every check and the plan here, once; the returned call only copies an input that is not
     NCHW-contiguous (a fresh copy each time, as the library's call makes) and launches, writing `out` (allocated
     here if None). The contest times this call from an idle GPU, where the host's work per call counts."""

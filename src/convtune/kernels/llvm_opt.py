@@ -21,7 +21,7 @@ for the kernels named in KERNELS only, at the level asked for by the launching t
 The level is also a constexpr of every launch, so binaries of different levels never share a cache entry.
 
 CONVTUNE_LLVM_OPT=auto|O0|O1|O2|O3: auto as above; a level forces it for every binary, unchecked
-(O3 = Triton's own: `CONVTUNE_LLVM_OPT=O3 python -m convtune.verify` shows whether a new Triton still
+(O3 = Triton's own: `CONVTUNE_LLVM_OPT=O3 python -m convtune.commands.verify` shows whether a new Triton still
 miscompiles).
 """
 
@@ -128,7 +128,7 @@ def _wrap_llir(make_llir: Callable[[Any, dict], Any]) -> Callable[[Any, dict], A
 
 def install() -> bool:
     """Chain our stage hook in front of any other. False where this Triton has no stage hook: then every
-    level is Triton's, and `python -m convtune.verify` is the only check."""
+    level is Triton's, and `python -m convtune.commands.verify` is the only check."""
     global _installed
     if _installed:
         return True

@@ -213,7 +213,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
 def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
             groups: int = 1, round_input_first: bool = False) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.functional caches one per
+    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional caches one per
     signature): every check and the plan here, once; the returned call only copies the input into the layout the
     kernel reads (rounding it for nhwc_preround) and launches, writing `out` (allocated here if None). The contest
     times this call from an idle GPU, where the host's work per call counts (tune/contest.py)."""

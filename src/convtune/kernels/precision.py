@@ -51,7 +51,7 @@ def torch_uses_tf32(precision: str) -> bool:
 
 def promises_torch_match(precision: str) -> bool:
     """Whether this precision is meant to agree with torch by KernelBench's allclose (all but tf32_trunc).
-    For tf32 that holds where cuDNN runs a TF32 algorithm; convtune.verify tells those cases apart."""
+    For tf32 that holds where cuDNN runs a TF32 algorithm; convtune.commands.verify tells those cases apart."""
     return precision != "tf32_trunc"
 
 

@@ -67,13 +67,13 @@ def profile_env(job: dict) -> dict[str, str]:
 
 
 def profile(job: dict, timeout_s: float = 300) -> tuple[dict[str, float], str]:
-    """Run `python -m convtune.profile_one` under ncu for one kernel launch. Returns (counters, status line)."""
+    """Run `python -m convtune.commands.profile` under ncu for one kernel launch. Returns (counters, status line)."""
     exe = find_ncu()
     if exe is None:
         return {}, "ncu not found (not on PATH nor under /opt/nvidia/nsight-compute): no NCU counters"
     cmd = [exe, "--csv", "--print-units", "base", "--clock-control", "none", "--kernel-name", KERNEL_REGEX,
            "--launch-count", "1", "--metrics", ",".join(COUNTERS),
-           sys.executable, "-m", "convtune.profile_one", json.dumps(job)]
+           sys.executable, "-m", "convtune.commands.profile", json.dumps(job)]
     env = profile_env(job)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)

@@ -7,7 +7,7 @@ One job at a time per GPU (`CUDA_VISIBLE_DEVICES` set for its process before CUD
 share a GPU. A job that hangs past `timeout_s`, or whose process dies (a crash, a sticky CUDA error), becomes
 a FAILED run with the reason, its GPU takes the next job in a fresh process, and the sweep goes on. Without a
 GPU, jobs run one at a time. The work is done by the function `hydra.launcher.launch_with` names
-(convtune.gpu_launch.launch): Hydra's plugin scan imports this module for every Hydra app, so it imports
+(convtune.launch.gpus.launch): Hydra's plugin scan imports this module for every Hydra app, so it imports
 nothing of convtune (tests/test_layout.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
@@ -29,7 +29,7 @@ class GpusLauncherConf:
     _target_: str = "hydra_plugins.convtune_launcher.gpus.GpusLauncher"
     gpus: Optional[List[str]] = None  # CUDA_VISIBLE_DEVICES value per slot; null: every visible GPU
     timeout_s: float = 600.0  # a job with no result after this long is killed and recorded FAILED (Timeout)
-    launch_with: str = "convtune.gpu_launch.launch"  # called with (launcher, job_overrides, initial_job_idx)
+    launch_with: str = "convtune.launch.gpus.launch"  # called with (launcher, job_overrides, initial_job_idx)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="convtune")
@@ -37,7 +37,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLaunc
 
 class GpusLauncher(Launcher):
     def __init__(self, gpus: Optional[List[Any]] = None, timeout_s: float = 600.0,
-                 launch_with: str = "convtune.gpu_launch.launch") -> None:
+                 launch_with: str = "convtune.launch.gpus.launch") -> None:
         self.gpus = None if gpus is None else [str(g) for g in gpus]
         self.timeout_s = float(timeout_s)
         self.launch_with = launch_with

@@ -7,7 +7,7 @@ submitit (hydra-submitit-launcher's keys: partition, account, timeout_min, gres,
     python run.py -m hydra/launcher=slurm hydra.launcher.dry_run=true ...   # print the batch script only
 
 The submitting process needs no GPU. The work is done by the functions `launch_with` (in the submitting
-process) and `run_with` (in each job) name, in convtune.slurm_launch: Hydra's plugin scan imports this module
+process) and `run_with` (in each job) name, in convtune.launch.slurm: Hydra's plugin scan imports this module
 for every Hydra app, so it imports nothing of convtune (tests/test_layout.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
@@ -23,8 +23,8 @@ from hydra.utils import get_method
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
-OWN_DEFAULTS = {"dry_run": False, "parallelism": 1, "launch_with": "convtune.slurm_launch.launch",
-                "run_with": "convtune.slurm_launch.run_one"}  # our keys, not submitit's (each conf has some)
+OWN_DEFAULTS = {"dry_run": False, "parallelism": 1, "launch_with": "convtune.launch.slurm.launch",
+                "run_with": "convtune.launch.slurm.run_one"}  # our keys, not submitit's (each conf has some)
 
 
 @dataclass
@@ -35,8 +35,8 @@ class SlurmConf(SlurmQueueConf):
     tasks_per_node: int = 1
     timeout_min: int = 20  # per configuration (compile, check, time: about a minute on L1 #50 on an H200)
     dry_run: bool = False  # write and print the batch script; submit nothing, record nothing
-    launch_with: str = "convtune.slurm_launch.launch"
-    run_with: str = "convtune.slurm_launch.run_one"
+    launch_with: str = "convtune.launch.slurm.launch"
+    run_with: str = "convtune.launch.slurm.run_one"
 
 
 @dataclass
@@ -46,8 +46,8 @@ class SlurmLocalConf(LocalQueueConf):
     gpus_per_node: Optional[int] = 1  # submitit's local executor shows every job GPU 0 (CUDA_VISIBLE_DEVICES)
     timeout_min: int = 20
     parallelism: int = 1  # jobs at once: 1, since every job sees the same GPU
-    launch_with: str = "convtune.slurm_launch.launch"
-    run_with: str = "convtune.slurm_launch.run_one"
+    launch_with: str = "convtune.launch.slurm.launch"
+    run_with: str = "convtune.launch.slurm.run_one"
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SlurmConf, provider="convtune")

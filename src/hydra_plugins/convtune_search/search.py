@@ -6,7 +6,7 @@
 Each key given several values (`k=a,b,c` or `k=range(...)`) is a dimension of the search; single values hold for
 every trial. `n_trials` is the budget: how many distinct configurations are run. The study lives in `storage`
 under `study_name` (by default named after the command's overrides), so the same command run again resumes it.
-The work is done by the function `search_with` names (convtune.search.sweep): Hydra's plugin scan imports this
+The work is done by the function `search_with` names (convtune.launch.search.sweep): Hydra's plugin scan imports this
 module for every Hydra app, so it imports neither convtune nor Optuna (tests/test_layout.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
@@ -33,7 +33,7 @@ class SearchSweeperConf:
     storage: str = "sqlite:///mlruns/optuna.db"  # a relative SQLite path is taken from where run.py was started
     study_name: Optional[str] = None  # null: named after the command's overrides (same command, same study)
     params: Optional[Dict[str, str]] = None  # more overrides, as hydra.sweeper.params of the basic sweeper
-    search_with: str = "convtune.search.sweep"  # called with (sweeper, arguments)
+    search_with: str = "convtune.launch.search.sweep"  # called with (sweeper, arguments)
     on_planned: Optional[str] = "convtune.sweep.record_total_jobs"  # called with (config, jobs this session)
 
 
@@ -44,7 +44,7 @@ class SearchSweeper(Sweeper):
     def __init__(self, n_trials: int = 20, batch_size: int = 1, sampler: str = "tpe", seed: int = 0,
                  startup_trials: int = 10, storage: str = "sqlite:///mlruns/optuna.db",
                  study_name: Optional[str] = None, params: Optional[Dict[str, str]] = None,
-                 search_with: str = "convtune.search.sweep",
+                 search_with: str = "convtune.launch.search.sweep",
                  on_planned: Optional[str] = "convtune.sweep.record_total_jobs") -> None:
         self.n_trials, self.batch_size, self.sampler, self.seed = n_trials, batch_size, sampler, seed
         self.startup_trials, self.storage, self.study_name = startup_trials, storage, study_name

@@ -1,13 +1,13 @@
-"""`python -m convtune.verify`: every kernel variant × precision on many random shapes, against float64 and
+"""`python -m convtune.commands.verify`: every kernel variant × precision on many random shapes, against float64 and
 against torch as KernelBench compares; every failure listed with its shape; exit 1 on any.
 
 Run it after editing a kernel, on a GPU: the Triton interpreter cannot see GPU-only bugs (alignment and
 contiguity hints, vector widths, layouts), which is why this command exists. Without a GPU it runs a small
 sample of small shapes through the interpreter (the test suite does that).
 
-    python -m convtune.verify                                   # 1000 shapes per variant × precision on the GPU
-    python -m convtune.verify --shapes 200 --variants implicit_gemm --precisions tf32 --workers 8
-    python -m convtune.verify --device interpreter --shapes 10  # CPU, small shapes
+    python -m convtune.commands.verify                                   # 1000 shapes per variant × precision on the GPU
+    python -m convtune.commands.verify --shapes 200 --variants implicit_gemm --precisions tf32 --workers 8
+    python -m convtune.commands.verify --device interpreter --shapes 10  # CPU, small shapes
 
 A case draws: batch 1–16, 1–64 input and 1–1024 output channels, kernel 1–7 (sometimes 11), stride 1–5,
 dilation 1–3 (1 for the variants that take only that, DILATION_ONE), padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
@@ -433,7 +433,7 @@ def _report_files(paths: list[str], strict_torch: bool) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m convtune.verify", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m convtune.commands.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
     ap.add_argument("--variants", default=None, help="comma-separated; default: every variant this device runs "
                     "(fused_gluon: a Hopper GPU only)")

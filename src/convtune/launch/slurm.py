@@ -27,7 +27,7 @@ from omegaconf import open_dict
 from convtune import interrupts
 from convtune.errors import ConfigError
 from convtune.record import Status
-from convtune.sweep import SweepState, close_lost_job
+from convtune.sweep_state import SweepState, close_lost_job
 
 POLL_S = 1.0  # how often the submitter looks at its jobs (SLURM's sacct is asked at most this often)
 GRACE_S = 30.0  # after a Ctrl-C, how long cancelled jobs have to record their runs KILLED

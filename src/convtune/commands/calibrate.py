@@ -1,4 +1,4 @@
-"""`python -m convtune.calibrate`: measure this GPU's ceilings once and cache them for the floor and roofline.
+"""`python -m convtune.commands.calibrate`: measure this GPU's ceilings once and cache them for the floor and roofline.
 
 Copy bandwidth: a 2 GiB device-to-device copy, counting bytes read + written. Matrix rates: 8192³ products
 through torch (TF32 with allow_tf32 on; bf16), on random data. Each is the median of do_bench-style
@@ -9,30 +9,9 @@ ceilings for `floor_ms`/`pct_of_floor` (tag floor_source=measured) while pct_pea
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import replace
-from pathlib import Path
-from typing import Optional
 
-from convtune.measure.metrics import GpuSpec
-
-CACHE = Path(os.environ.get("CONVTUNE_CACHE", Path.home() / ".cache" / "convtune")) / "ceilings.json"
-
-
-def load_cache(path: Path = CACHE) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def apply_cache(spec: Optional[GpuSpec], device_name: str, path: Path = CACHE) -> Optional[GpuSpec]:
-    """The spec with this GPU's cached measured ceilings, where `calibrate` has measured them."""
-    got = load_cache(path).get(device_name)
-    if spec is None or not got:
-        return spec
-    return replace(spec, measured_tf32_tflops=got["tf32_tflops"], measured_copy_gbps=got["copy_gbps"])
+from convtune.measure.ceilings import CACHE, load_cache
 
 
 def _copy_ms(dev: "object", s: "object") -> float:
@@ -71,7 +50,7 @@ def main() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        sys.exit("error: python -m convtune.calibrate measures a GPU's ceilings, and no CUDA device is visible here")
+        sys.exit("error: python -m convtune.commands.calibrate measures a GPU's ceilings, and no CUDA device is visible here")
     name = torch.cuda.get_device_name()
     got = measure()
     cache = load_cache()

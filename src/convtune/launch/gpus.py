@@ -1,6 +1,6 @@
 """What `hydra/launcher=gpus` does (the plugin, src/hydra_plugins/convtune_launcher, only names this): compose
-each job's config as Hydra's basic launcher does, hand each to its own process on a GPU slot (convtune.gpu_pool,
-convtune.job_process), print each job's lines as it ends, and record a job that could not record itself."""
+each job's config as Hydra's basic launcher does, hand each to its own process on a GPU slot (convtune.launch.pool,
+convtune.launch.job_process), print each job's lines as it ends, and record a job that could not record itself."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hydra import version
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from omegaconf import open_dict
 
-from convtune import gpu_pool
+from convtune.launch import pool as gpu_pool
 from convtune.record import Status
-from convtune.sweep import SweepState, close_lost_job
+from convtune.sweep_state import SweepState, close_lost_job
 
 log = logging.getLogger(__name__)
 

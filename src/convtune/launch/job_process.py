@@ -1,6 +1,6 @@
-"""One sweep job in a process of its own, started by the gpus launcher (convtune.gpu_pool):
+"""One sweep job in a process of its own, started by the gpus launcher (convtune.launch.pool):
 
-    python -m convtune.job_process <job.pkl> <result.json>
+    python -m convtune.launch.job_process <job.pkl> <result.json>
 
 job.pkl holds what Hydra's basic launcher hands to `run_job` for one job (the Hydra context, the task
 function and the job's composed config), pickled by the launcher with cloudpickle. The job runs exactly as

@@ -1,4 +1,4 @@
-"""The gpus launcher's pool: every job of a sweep in a process of its own (convtune.job_process), one at a time
+"""The gpus launcher's pool: every job of a sweep in a process of its own (convtune.launch.job_process), one at a time
 on each GPU slot, the slot's GPU given to the process through CUDA_VISIBLE_DEVICES before CUDA starts.
 
 A job that hangs past the timeout is killed with everything it started; a job whose process dies (a crash,
@@ -33,7 +33,7 @@ GRACE_S = 15.0  # after a Ctrl-C, how long a job has to record its run KILLED be
 class Job:
     number: int  # Hydra's job number (hydra.job.num)
     overrides: list[str]
-    job_file: Path  # what convtune.job_process runs (pickled)
+    job_file: Path  # what convtune.launch.job_process runs (pickled)
     result_file: Path
     log_file: Path  # the process's stdout and stderr
 
@@ -131,7 +131,7 @@ def _start(job: Job, slot: Optional[str]) -> subprocess.Popen:
     with open(job.log_file, "wb") as log:
         # a session of its own: a timeout kills the job's whole tree (ncu, compilers), and a Ctrl-C in the
         # terminal reaches the launcher, which stops its jobs in order (run's finally)
-        return subprocess.Popen([sys.executable, "-m", "convtune.job_process", str(job.job_file),
+        return subprocess.Popen([sys.executable, "-m", "convtune.launch.job_process", str(job.job_file),
                                  str(job.result_file)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -1,4 +1,4 @@
-"""`python -m convtune.profile_one '<job json>'`: build the inputs and launch the kernel once (for ncu)."""
+"""`python -m convtune.commands.profile '<job json>'`: build the inputs and launch the kernel once (for ncu)."""
 
 import json
 import sys

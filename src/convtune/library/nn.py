@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
-from convtune import functional
-from convtune.functional import conv2d, default_precision, lookup
+from convtune.library import functional
+from convtune.library.functional import conv2d, default_precision, lookup
 from convtune.kernels.pins import TORCH
 from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
