@@ -24,6 +24,7 @@ def every_run(store):
     return c.search_runs([e.experiment_id for e in c.search_experiments()], max_results=1000)
 
 
+@pytest.mark.slow
 def test_single_run_logs_params_metrics_tags_and_config(run_cli, store):
     r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=16", "precision=ieee")
     assert r.returncode == 0, r.stderr
@@ -51,6 +52,7 @@ def assert_declared(run):
         assert record.undeclared(kind, names) == [], (kind, record.undeclared(kind, names))
 
 
+@pytest.mark.slow
 def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
     store = new_store  # the sweep's callback creates the store, once, before any job starts
     r = run_cli("-m", "problem=tiny", "bench=fast", "num_warps=2,4", uri=store)
@@ -78,6 +80,7 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
         assert_declared(run)
 
 
+@pytest.mark.slow
 def test_a_bad_config_fails_alone_and_the_sweep_goes_on(run_cli, store):
     r = run_cli("-m", "problem=tiny", "bench=fast", "BLOCK_M=48,16")
     assert r.returncode == 0, r.stderr
@@ -90,6 +93,7 @@ def test_a_bad_config_fails_alone_and_the_sweep_goes_on(run_cli, store):
     assert by_m["16"].info.status == "FINISHED" and by_m["16"].data.tags["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_single_bad_run_exits_nonzero_with_one_clear_line(run_cli, store):
     r = run_cli("problem=tiny", "bench=fast", "BLOCK_M=48")
     assert r.returncode == 1
@@ -106,6 +110,7 @@ BRIEF_NINE = sorted([(32, 32, 32, 4, 1), (32, 32, 32, 4, 2), (64, 32, 32, 4, 1),
 GPU_PRESETS = {"vs_cudnn"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_runs_on_tiny(run_cli, store, preset):
     # A GPU preset is refused without a GPU (test_config.py; a refusal in the sweep's callback is one line, exit 2,
@@ -133,6 +138,7 @@ def test_a_typo_added_with_plus_is_refused_before_a_sweep_starts(run_cli, store)
     assert every_run(store) == []  # nothing started, nothing left RUNNING
 
 
+@pytest.mark.slow
 def test_a_rerun_sweep_resumes_what_was_measured_alike_unless_resume_is_false(run_cli, run_here, store):
     assert run_here("problem=tiny", "bench=fast", "num_warps=4")[0] == 0  # measured once, here, by a single run
     c, (first,) = runs_of(store)
@@ -152,6 +158,7 @@ def test_a_rerun_sweep_resumes_what_was_measured_alike_unless_resume_is_false(ru
     assert len(measured) == 2  # the first run's and this sweep's
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_used_is_one_line_for_a_run_and_stops_a_sweep_before_it_starts(run_cli, tmp_path):
     line = ("error: tracking.uri='bogus://x' cannot be used: unsupported scheme; use sqlite:///path/to/mlflow.db, "
             "http(s)://host:port (an MLflow server) or a database URI (postgresql://...)")

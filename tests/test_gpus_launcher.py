@@ -16,6 +16,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
 
+
+pytestmark = pytest.mark.slow  # every test here starts real processes (CI runs them all)
+
 GPUS = ("hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "problem=tiny", "bench=fast")
 
 

@@ -53,6 +53,7 @@ SWEEP_POINTS = {
 CASES = [(p, signal.SIGINT) for p in SWEEP_POINTS] + [(p, signal.SIGTERM) for p in ("job_running:2", "job_finished:1")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point,sig", CASES, ids=[f"{p}-{s.name}" for p, s in CASES])
 def test_a_signal_anywhere_in_a_sweep_leaves_nothing_running(tmp_path, store, point, sig):
     proc = start_held(tmp_path, store, point, "-m", "num_warps=2,4")
@@ -75,6 +76,7 @@ def test_a_signal_anywhere_in_a_sweep_leaves_nothing_running(tmp_path, store, po
     assert "summary.md" in [a.path for a in c.list_artifacts(parent.info.run_id)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_a_single_run_marks_it_killed(tmp_path, store, sig):
     proc = start_held(tmp_path, store, "job_running")
@@ -124,6 +126,7 @@ def test_cleanups_run_newest_first_and_each_once():
         a.cancel()
 
 
+@pytest.mark.slow
 def test_after_kill_9_the_next_run_marks_the_dead_processes_runs_killed(tmp_path, store, run_here):
     proc = start_held(tmp_path, store, "job_running", "-m", "num_warps=2,4")
     proc.kill()  # SIGKILL: no handler runs, the parent and the first child stay RUNNING in the store

@@ -10,6 +10,7 @@ import sys
 import time
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -38,6 +39,7 @@ def config_of(run):
     return (run.data.params["BLOCK_M"], run.data.params["num_warps"])
 
 
+@pytest.mark.slow
 def test_a_search_runs_its_budget_of_distinct_configurations_and_resumes_to_the_end_of_the_space(run_cli, store, tmp_path):
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=3", *SPACE)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -64,6 +66,7 @@ def test_a_search_runs_its_budget_of_distinct_configurations_and_resumes_to_the_
     assert r.returncode == 0 and "0 to go" in r.stdout and len(children(store)) == 4
 
 
+@pytest.mark.slow
 def test_a_failing_configuration_is_a_failed_trial_and_is_not_run_again(run_cli, store, tmp_path):
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=5", "BLOCK_M=16,24")  # 24: refused by the kernel's checks
     assert r.returncode == 0, r.stderr[-3000:]
@@ -76,6 +79,7 @@ def test_a_failing_configuration_is_a_failed_trial_and_is_not_run_again(run_cli,
     assert r.returncode == 0 and "2 of 5 configurations run before; 0 to go" in r.stdout and len(children(store)) == 2
 
 
+@pytest.mark.slow
 def test_a_configuration_the_store_holds_is_read_back_not_measured(run_cli, store, tmp_path):
     assert run_cli("-m", "problem=tiny", "bench=fast", "BLOCK_M=16,32").returncode == 0  # a grid first
     grid = {x.data.params["BLOCK_M"]: x.info.run_id for x in children(store)}
@@ -86,6 +90,7 @@ def test_a_configuration_the_store_holds_is_read_back_not_measured(run_cli, stor
     assert {x.data.params["BLOCK_M"]: x.data.tags.get("resumed_from") for x in searched} == grid
 
 
+@pytest.mark.slow
 def test_a_trial_an_interrupt_left_open_is_run_again_when_the_study_resumes(run_cli, store, tmp_path):
     marker = tmp_path / "paused"
     env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running:2",
@@ -120,6 +125,7 @@ def test_a_trial_an_interrupt_left_open_is_run_again_when_the_study_resumes(run_
     assert statuses == ["killed", "ok", "ok", "ok"]  # the interrupted run kept as KILLED, then measured again
 
 
+@pytest.mark.slow
 def test_a_search_fills_every_gpu_slot_of_the_gpus_launcher_in_batches(run_cli, store, tmp_path):
     r = search(run_cli, tmp_path, "hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "hydra.sweeper.batch_size=2",
                "hydra.sweeper.n_trials=4", *SPACE)
@@ -148,6 +154,7 @@ def test_numeric_values_are_an_ordered_dimension_and_others_categorical():
                                                                         "precision=ieee"]
 
 
+@pytest.mark.slow
 def test_bad_search_settings_are_refused_in_one_line_before_any_run(run_cli, store, tmp_path):
     for args, says in ((("hydra.sweeper.sampler=grid", *SPACE), "hydra.sweeper.sampler='grid' is not allowed"),
                        (("hydra.sweeper.n_trials=0", *SPACE), "hydra.sweeper.n_trials=0 is not allowed"),

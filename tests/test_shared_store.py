@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT
 from tests.servers import mlflow_server, postgres, postgres_bin
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     postgres_bin() is None and os.environ.get("CONVTUNE_REQUIRE_POSTGRES") != "1",
-    reason="PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it and requires this test)")
+    reason="PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it and requires this test)")]
 
 
 def test_a_sweep_of_four_parallel_workers_writes_every_run_into_one_server_over_postgresql(tmp_path):

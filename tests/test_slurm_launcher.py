@@ -10,10 +10,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
 from tests.test_gpus_launcher import wait_paused
+
+
+pytestmark = pytest.mark.slow  # every test here starts real processes (CI runs them all)
 
 LOCAL = ("hydra/launcher=slurm_local", "problem=tiny", "bench=fast")
 

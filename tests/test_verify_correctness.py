@@ -58,6 +58,7 @@ def test_an_unknown_check_is_refused_by_name():
         judge(out, P, x, w, b, "ieee", 1e-5, check="exact")
 
 
+@pytest.mark.slow
 def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsys):
     status = verify_main(["--device", "interpreter", "--shapes", "3", "--seed", "7"])  # the command's main, here
     out, err = capsys.readouterr()
