@@ -101,8 +101,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
 def _measured_before(tracker: Tracker, setup: Setup) -> Optional[RunView]:
     """The newest finished, correct run of this very measurement (identity, kernel source, launch keys, check,
     seed, timing settings), if any: `resume=true` (the default) does not measure it again."""
-    found = [RunView(r) for r in tracker.search(setup.identity().same_measurement_filter(setup.measurement_params()))
-             if not r["tags"].get(Tag.RESUMED_FROM)]
+    found = [RunView(r) for f in setup.identity().same_measurement_filters(setup.measurement_params())
+             for r in tracker.search(f) if not r["tags"].get(Tag.RESUMED_FROM)]
     return max(found, key=lambda r: r.raw["start_time"]) if found else None
 
 
@@ -114,6 +114,7 @@ def _resume(tracker: Tracker, job: _Job, earlier: RunView) -> Optional[float]:
         own = (Tag.HOST, Tag.PROCESS, Tag.PROMOTED, Tag.JOB, Tag.BATCH_JOB, Tag.GPU_SLOT)
         tags = {k: v for k, v in earlier.raw["tags"].items() if not k.startswith("mlflow.") and k not in own}
         mine = {k: v for k, v in job.tags.items() if k in own}
+        mine[Tag.KERNEL_SOURCE_HASH] = job.tags[Tag.KERNEL_SOURCE_HASH]  # the same kernel, maybe under its older hash
         run_id = tracker.start_run(job.sweep.experiment_id, job.run_name(),
                                    {**tags, **mine, Tag.RESUMED_FROM: earlier.run_id}, parent_id=job.sweep.parent_run_id)
         tracker.log(run_id, params=earlier.raw["params"], metrics=earlier.raw["metrics"])

@@ -202,17 +202,20 @@ class Identity:
     kernel_source_hash: str
     problem_key: str
     precision: str
+    # the hashes this kernel's runs recorded before its identity became its jit code (issue 43): the same kernel
+    previous_hashes: tuple[str, ...] = ()
 
     def tags(self) -> dict[str, str]:
         return {Tag.DEVICE: self.device, Tag.KERNEL: self.kernel, Tag.KERNEL_SOURCE_HASH: self.kernel_source_hash,
                 Tag.PROBLEM_KEY: self.problem_key, Tag.PRECISION: self.precision}
 
-    def same_measurement_filter(self, params: dict[str, Any]) -> str:
-        """Finished, correct runs of this identity and this kernel source with these params (launch keys, check,
-        seed, timing settings): what a resumed sweep need not measure again."""
-        where = [self.candidates_filter(), f"tags.{Tag.KERNEL_SOURCE_HASH} = '{self.kernel_source_hash}'"]
-        where += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
-        return " AND ".join(where)
+    def same_measurement_filters(self, params: dict[str, Any]) -> list[str]:
+        """Finished, correct runs of this identity and this kernel (its source hash, or one it recorded before) with
+        these params (launch keys, check, seed, timing settings): what a resumed sweep need not measure again. One
+        filter a hash: MLflow's filters have AND only."""
+        return [" AND ".join([self.candidates_filter(), f"tags.{Tag.KERNEL_SOURCE_HASH} = '{h}'"]
+                             + [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())])
+                for h in (self.kernel_source_hash, *self.previous_hashes)]
 
     def candidates_filter(self) -> str:
         """MLflow filter for finished, correct runs of this identity, any kernel source (promote tells stale
@@ -222,4 +225,4 @@ class Identity:
                 f"tags.{Tag.STATUS} = '{Status.OK}' AND attributes.status = 'FINISHED'")
 
     def is_stale(self, run: RunView) -> bool:
-        return run.tag(Tag.KERNEL_SOURCE_HASH) != self.kernel_source_hash
+        return run.tag(Tag.KERNEL_SOURCE_HASH) not in (self.kernel_source_hash, *self.previous_hashes)

@@ -231,7 +231,8 @@ class Setup:
 
     def identity(self, gpu: Optional[str] = None) -> Identity:
         assert self.problem is not None and self.variant is not None
-        return Identity(gpu or self.gpu, self.variant.name, self.variant.source_hash, self.problem.key(), self.precision)
+        return Identity(gpu or self.gpu, self.variant.name, self.variant.source_hash, self.problem.key(), self.precision,
+                        self.variant.previous_hashes)
 
     @property
     def kernel_name(self) -> str:

@@ -38,6 +38,9 @@ class KernelVariant:
     # device, the interpreter too): what checks over every variant (convtune.commands.verify) read, rather than lists of names
     precisions: Optional[tuple[str, ...]] = None
     compute_capability: Optional[tuple[int, int]] = None
+    # what runs of this same kernel recorded as its source hash before its identity became its jit code (issue 43):
+    # resume and promote take those runs as this kernel's
+    previous_hashes: tuple[str, ...] = ()
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions
@@ -48,26 +51,36 @@ class KernelVariant:
 
 
 VARIANTS: dict[str, KernelVariant] = {
-    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH, seed.TF32_TIES),
+    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH, seed.TF32_TIES,
+                          previous_hashes=seed.PREVIOUS_SOURCE_HASHES),
     "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
-                                   implicit_gemm.SOURCE_HASH, implicit_gemm.TF32_TIES, implicit_gemm.prepared),
+                                   implicit_gemm.SOURCE_HASH, implicit_gemm.TF32_TIES, implicit_gemm.prepared,
+                                   previous_hashes=implicit_gemm.PREVIOUS_SOURCE_HASHES),
     "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH,
-                                nhwc_igemm.TF32_TIES, nhwc_igemm.prepared),
+                                nhwc_igemm.TF32_TIES, nhwc_igemm.prepared,
+                                previous_hashes=nhwc_igemm.PREVIOUS_SOURCE_HASHES),
     "nhwc_preround": KernelVariant("nhwc_preround", nhwc_igemm.launch_preround, nhwc_igemm.default_meta_preround,
-                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround),
+                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround,
+                                   previous_hashes=nhwc_igemm.PREVIOUS_SOURCE_HASHES),
     "nhwc_streamk": KernelVariant("nhwc_streamk", nhwc_streamk.launch, nhwc_streamk.default_meta,
-                                  nhwc_streamk.SOURCE_HASH, nhwc_streamk.TF32_TIES, nhwc_streamk.prepared),
+                                  nhwc_streamk.SOURCE_HASH, nhwc_streamk.TF32_TIES, nhwc_streamk.prepared,
+                                  previous_hashes=nhwc_streamk.PREVIOUS_SOURCE_HASHES),
     "nhwc_split_n": KernelVariant("nhwc_split_n", nhwc_split_n.launch, nhwc_split_n.default_meta,
-                                  nhwc_split_n.SOURCE_HASH, nhwc_split_n.TF32_TIES, nhwc_split_n.prepared),
+                                  nhwc_split_n.SOURCE_HASH, nhwc_split_n.TF32_TIES, nhwc_split_n.prepared,
+                                  previous_hashes=nhwc_split_n.PREVIOUS_SOURCE_HASHES),
     "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
-                                fold_igemm.TF32_TIES, fold_igemm.prepared),
+                                fold_igemm.TF32_TIES, fold_igemm.prepared,
+                                previous_hashes=fold_igemm.PREVIOUS_SOURCE_HASHES),
     "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,
                                  fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO,
-                                 fused_gluon.PRECISIONS, fused_gluon.COMPUTE_CAPABILITY),
+                                 fused_gluon.PRECISIONS, fused_gluon.COMPUTE_CAPABILITY,
+                                 previous_hashes=fused_gluon.PREVIOUS_SOURCE_HASHES),
     "nchw_1x1": KernelVariant("nchw_1x1", nchw_1x1.launch, nchw_1x1.default_meta, nchw_1x1.SOURCE_HASH,
-                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO, nchw_1x1.PRECISIONS),
+                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO, nchw_1x1.PRECISIONS,
+                              previous_hashes=nchw_1x1.PREVIOUS_SOURCE_HASHES),
     "nchw_igemm": KernelVariant("nchw_igemm", nchw_igemm.launch, nchw_igemm.default_meta, nchw_igemm.SOURCE_HASH,
-                                nchw_igemm.TF32_TIES, nchw_igemm.prepared, nchw_igemm.RESTRICTED_TO, nchw_igemm.PRECISIONS),
+                                nchw_igemm.TF32_TIES, nchw_igemm.prepared, nchw_igemm.RESTRICTED_TO, nchw_igemm.PRECISIONS,
+                                previous_hashes=nchw_igemm.PREVIOUS_SOURCE_HASHES),
 }
 # The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
 GENERAL = tuple(sorted(name for name, v in VARIANTS.items()

@@ -38,8 +38,9 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
+from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
-                                     geometry, source_hash, writes_channels_last)
+                                     geometry, writes_channels_last)
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
@@ -191,7 +192,7 @@ def folded_channels(c: int, stride: tuple[int, int]) -> int:
 def split_columns(c_out: int, block_n: int) -> bool:
     """Split the column tile into BLOCK_N/2 + BLOCK_N/4 where those cover every output channel and BLOCK_N alone
     would not be needed (L1 #50's 96 channels at BLOCK_N 128: 0.343 against 0.422 ms for the convolution, M128-K32-w4-s3,
-    docs/evidence/h200_issue13_fold_tma.txt); each part must be 16 wide at least (tl.dot)."""
+    docs/evidence/h200_issue13_fold_tma.txt at ba42e38); each part must be 16 wide at least (tl.dot)."""
     return block_n >= 64 and block_n // 2 < c_out <= block_n * 3 // 4
 
 
@@ -424,7 +425,7 @@ def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The configuration per problem class. tf32: L1 #50's best on the H200 (benchmarks/probe_fold_tma.py,
+    """The configuration per problem class. tf32: L1 #50's best on the H200 (benchmarks/probe_fold_tma.py at ba42e38,
     BM 64/128/256 × BN 128 or 64+32 × BK 16/32 × w 4/8 × s 3/4: M128-N64+32-K32-w4-s4, fold + convolution 0.415 ms;
     K32-w8-s4 0.420, K16-w4-s3 0.435). BLOCK_N 128 up to 128 channels (split to 64 + 32 at 65-96), 64 up to 64.
     Three products or FMA per multiply (tf32x3, ieee): smaller tiles, untuned."""
@@ -434,7 +435,10 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return Meta(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=4)
 
 
-SOURCE_HASH = source_hash(_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel, _store, round_tf32, round_to_tf32,
-                          folded_channels, split_columns, make_plan, fold_tiling, folded_rows, fold, fold_weight,
-                          pack_weight, _descriptors, _launch, run, bound_runner, _checked_plan, launch, prepared,
-                          default_meta)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel])
+PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7",)

@@ -22,7 +22,7 @@ N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand 
 N2 = gl.constexpr(32)
 # Folded input rows ahead of the window that the L2 prefetch asks for: on L1 #50 2 ahead 0.2869-0.2891 ms, 0 ahead
 # 0.2868-0.2931 (the same within noise), with the stores by channel; without them 1 ahead 0.3131, 2 ahead 0.3116-0.3124,
-# none 0.3140-0.3145 (the probe benchmarks/probe_fused_window.py of commit 84ce735, session 21)
+# none 0.3140-0.3145 (the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735)
 AHEAD = gl.constexpr(2)
 
 
@@ -75,7 +75,7 @@ def _store_row(y_ptr, b_ptr, acc, acc2, img, oh, ok, mma: gl.constexpr, mma2: gl
     """Output row oh of image img into a channels_last output [N, OH, OW, C_OUT] (the row's OW·C_OUT floats are
     contiguous), from the MMA layout, plus the bias; nothing unless `ok`. The output (297 MB on L1 #50) is marked to
     leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 → 0.3387 ms; streaming
-    .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py, session 19)."""
+    .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at ba42e38, commit 5df2d07)."""
     on = gl.arange(0, N1, layout=gl.SliceLayout(0, mma))
     om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma)), 1)
     on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, mma2))
@@ -97,7 +97,7 @@ def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr
     columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store covers 8 columns of 4
     channels, 4 partial lines), the accumulators converted through shared memory; nothing unless `ok`. With the window
     -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 % (0.3219-0.3238 →
-    0.3194-0.3200; the probe benchmarks/probe_fused_window.py --store / --library-store of commit 84ce735, session
+    0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of commit 84ce735, session
     21). Marked evict_first as _store_row."""
     OHW: gl.constexpr = OH * OW
     st: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
@@ -126,14 +126,14 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
 
     Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
     f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
-    that reads it, as before session 22, it fed 6, and the gathers bounded the call). After folded row f's KWF
+    that reads it, as before commit 517fd9f, it fed 6, and the gathers bounded the call). After folded row f's KWF
     columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band's first two steps
     compute the partial rows above it and its last two those below it, which are dropped (2 steps of MMAs a band).
     Each row's products are summed in the order (tap row, tap column, channel), as fold_igemm sums them: the output is
     fold_igemm's bit for bit. Each column's gather is issued while the previous column's MMAs run (the band's last
     gather the next band's first), and each column then waits for its MMAs: MMAs left running across the loop's back
-    edge gave wrong results (the loop-carried A registers are not those the MMAs read; session 17). Measured on L1 #50
-    (H200, the probe benchmarks/probe_fused_window.py of commit 84ce735, session 21): 0.3116-0.3174 ms with two
+    edge gave wrong results (the loop-carried A registers are not those the MMAs read; commit 2e8d5d8). Measured on L1 #50
+    (H200, the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
     warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
     warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
     and take 0.77."""
@@ -178,9 +178,9 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
                 wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
                 g_img = img + wrap * (end // OH - img)
                 g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
-                # (the image clamped in the loop, as the session 21 probe did: with N - 1 hoisted out of the loop the
+                # (the image clamped in the loop, as the commit 84ce735 probe did: with N - 1 hoisted out of the loop the
                 # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
-                # instructions of a kind; session 22)
+                # instructions of a kind; commit 517fd9f)
                 m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
                                      (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
                 a0 = _round_tf32(c0)

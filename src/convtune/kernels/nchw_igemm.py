@@ -38,6 +38,7 @@ import triton.language as tl
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
+from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (
     ConvGeometry,
     Launched,
@@ -46,7 +47,6 @@ from convtune.kernels.common import (
     check_conv_inputs,
     check_out,
     geometry,
-    source_hash,
     writes_channels_last,
 )
 from convtune.kernels.nhwc_igemm import _weight_arg, pack_weight, packed_weight, tma_fits  # its weight operand
@@ -256,7 +256,7 @@ def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """One 256-wide tile of output channels where one covers them (vgg16_conv3_2's best on the H200, 0.3898 ms; M128-
-    N256-w8 0.4260; benchmarks/probe_nchw_direct.py, docs/evidence/h200_issue13_nchw_igemm.txt), else 128 wide
+    N256-w8 0.4260; benchmarks/probe_nchw_direct.py at ba42e38, docs/evidence/h200_issue13_nchw_igemm.txt at ba42e38), else 128 wide
     (alexnet_conv3/4's best tile width; none of them faster than the library's other paths); up to 128 channels one
     tile of M128 (resnet50_layer2_3x3's best, 0.0916 ms at K16, 0.0924 at K32), 64 wide up to 64 channels (not measured:
     half of a 128-wide tile would be zeros)."""
@@ -265,6 +265,10 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return Meta(BLOCK_M=128, BLOCK_N=128 if out_channels > 64 else 64, BLOCK_K=32, num_warps=4, num_stages=3)
 
 
-SOURCE_HASH = source_hash(_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx, pack_weight, tma_fits,
-                          check_meta, make_plan, readable_input, _weight_arg, _launch, run, bound_runner, _right_at,
-                          _checked_plan, launch, prepared, default_meta)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx])
+PREVIOUS_SOURCE_HASHES = ("60e27b4908ec",)

@@ -24,8 +24,9 @@ import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
+from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
-                                     geometry, safe_stages, source_hash, writes_channels_last)
+                                     geometry, safe_stages, writes_channels_last)
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
@@ -147,8 +148,8 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
     H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
     best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
-    resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py --weight-tma both,
-    docs/evidence/h200_issue13_tma.txt). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
+    resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py at ba42e38 --weight-tma both,
+    docs/evidence/h200_issue13_tma.txt at ba42e38). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
     nearest TF32 already (round_input), so the kernel does not round its tiles."""
     m = g.n * g.oh * g.ow
     if m * g.c_out >= 2**31:
@@ -284,8 +285,8 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """The default configuration per problem class, from the H200 sweep with TMA weight tiles
-    (benchmarks/probe_nhwc.py --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
-    docs/evidence/h200_issue13_tma.txt), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
+    (benchmarks/probe_nhwc.py at ba42e38 --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
+    docs/evidence/h200_issue13_tma.txt at ba42e38), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
     192 and conv5's 256: M64-N256-w4 best, 0.691 and 0.245 ms; vgg16_conv3_2 3 % behind its best); three
     128-wide tiles for 384 (alexnet_conv3/4: M128-N128-w8 best, M64-N256 2.0-2.2x slower); M64-N128-w4 for 128
     (resnet50_layer2_3x3 best); M64-N64-w4 up to 64 (resnet50_layer1_1x1, the first sweep). M128-N256 with 4
@@ -309,7 +310,7 @@ def launch_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     any other precision runs as `launch` does). Why a variant of its own: rounding the A tiles in the kernel sends
     them from shared memory through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which
     of the two pipelines is faster depends on the tile. On the H200, each way at its best of 14 configurations
-    (benchmarks/probe_prerounded.py --grid, docs/evidence/h200_issue13_prerounded_grid.txt), the kernel on a rounded
+    (benchmarks/probe_prerounded.py at ba42e38 --grid, docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), the kernel on a rounded
     input was 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding
     costs a pass over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in
     the copy an NCHW input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2
@@ -320,7 +321,7 @@ def launch_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
 
 def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
-    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt), by C_out: 384 (alexnet_conv3/4)
+    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), by C_out: 384 (alexnet_conv3/4)
     M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
     (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
     for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""
@@ -333,6 +334,10 @@ def default_meta_preround(out_channels: int, stride_w: int, width: int, precisio
     return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
 
 
-SOURCE_HASH = source_hash(_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even, pack_weight, writes_channels_last, tma_fits,
-                          make_plan, safe_stages, round_input, _weight_arg, _launch, bound_runner, launch, _checked_plan, prepared, default_meta, launch_preround,
-                          prepared_preround, default_meta_preround, layout)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel])
+PREVIOUS_SOURCE_HASHES = ("1561370120da",)

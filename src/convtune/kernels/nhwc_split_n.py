@@ -28,13 +28,15 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
+from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, check_conv_inputs, check_out, geometry, safe_stages,
-                                     source_hash, writes_channels_last)
+                                     writes_channels_last)
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.nhwc_igemm import GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight, \
     packed_weight, tma_fits
 from convtune.kernels.nhwc_streamk import _store_tile, _tile_at, _tile_sum
-from convtune.kernels.precision import dot_precision, round_to_tf32_even, rounds_operands
+from convtune.kernels.precision import (dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
+                                        rounds_operands)
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
 __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
@@ -296,8 +298,11 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return default_meta_preround(out_channels, stride_w, width, precision)
 
 
-SOURCE_HASH = source_hash(_conv2d_nhwc_split_n_kernel, _tile_at, _tile_sum, _store_tile, rest_tile, split_channels,
-                          make_plan, safe_stages, kernel_input, _Streams, run, _run_part, _weight_desc, _constexpr_args, _rows,
-                          _launch, _right_at,
-                          _checked_plan, launch, prepared, default_meta, pack_weight, tma_fits, _weight_arg,
-                          writes_channels_last, layout)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_split_n_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
+                                   round_tf32_even_bits, round_tf32_even_ptx])
+PREVIOUS_SOURCE_HASHES = ("e24536d95a6e",)

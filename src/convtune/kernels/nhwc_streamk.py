@@ -8,7 +8,7 @@ last SK_TILES tiles (the last full wave and the rest) in equal runs (stream-K): 
 parts of at most two. A part is stored to a workspace; the last part of a tile to arrive (an atomic count) sums the
 parts in worker order, so the sum does not depend on which arrives last, and writes the tile.
 
-What keeps it right (each found on the H200 with the probe of commit 1869f9b, benchmarks/nhwc_split_probe.p at ba42e38y at commit
+What keeps it right (each found on the H200 with the probe of commit 1869f9b, benchmarks/nhwc_split_probe.py at ba42e38 at commit
 ea7cb1a):
 - the input is rounded to nearest TF32 before the kernel (as nhwc_preround's is), so A goes from shared memory
   straight into the MMA: the probe's split sums came out wrong, differently each launch, only with A rounded in the
@@ -47,12 +47,14 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
+from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, bound_runner, check_conv_inputs, check_out,
-                                     geometry, safe_stages, source_hash, writes_channels_last)
+                                     geometry, safe_stages, writes_channels_last)
 from convtune.kernels.nhwc_igemm import (GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight,
                                          packed_weight, tma_fits)
 from convtune.kernels.layout import to_channels_last
-from convtune.kernels.precision import dot_precision, round_to_tf32_even, rounds_operands
+from convtune.kernels.precision import (dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
+                                        rounds_operands)
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
 __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
@@ -451,7 +453,11 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return default_meta_preround(out_channels, stride_w, width, precision)
 
 
-SOURCE_HASH = source_hash(_conv2d_nhwc_streamk_kernel, _tile_at, _tile_sum, _store_tile, _owner, grains_per_tile,
-                          split_schedule, check_schedule, resident_programs, split_slots, make_plan, safe_stages,
-                          kernel_input, run, _workspace, _weight_arg, _args, _launch, _right_at, _checked_plan, launch,
-                          prepared, default_meta, pack_weight, tma_fits, bound_runner, writes_channels_last, layout)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_streamk_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
+                                   round_tf32_even_bits, round_tf32_even_ptx])
+PREVIOUS_SOURCE_HASHES = ("d2064b641f81",)

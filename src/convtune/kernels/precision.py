@@ -99,7 +99,7 @@ def round_tf32_even_bits(x):
 def round_tf32_even_ptx(x):
     """round_tf32_even_bits in one instruction, PTX's cvt.rn.tf32.f32 (sm_90). In nhwc_igemm's K loop the integer
     version cost 4-7 % against ties away (alexnet_conv5 0.2645 ms, away 0.2471, this 0.2429; same output bits;
-    benchmarks/probe_round_cost.py, docs/evidence/h200_issue13_round_cost.txt)."""
+    benchmarks/probe_round_cost.py at ba42e38, docs/evidence/h200_issue13_round_cost.txt at ba42e38)."""
     bits = tl.inline_asm_elementwise("cvt.rn.tf32.f32 $0, $1;", "=r,f", [x], dtype=tl.int32, is_pure=True, pack=1)
     return bits.to(tl.float32, bitcast=True)
 

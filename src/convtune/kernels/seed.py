@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare, source_hash
+from convtune.kernels.identity import kernel_identity
+from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare
 from convtune.kernels import llvm_opt
 from convtune.kernels.selfcheck import agrees, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, rounds_operands
@@ -134,4 +135,10 @@ DEFAULT_META = Meta(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     return DEFAULT_META
-SOURCE_HASH = source_hash(_conv2d_seed_kernel, round_tf32, launch)
+# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
+# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
+# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
+# host code's text too; resume and promote still find them.
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_seed_kernel, round_tf32])
+PREVIOUS_SOURCE_HASHES = ("4598f4a531d8",)

@@ -147,7 +147,7 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     contested = contested_kernels(setup)
     # the pin's own kernel's runs too (a pin may name another kernel): its logged time is the pin's
     for kernel in contested + ([pin_kernel] if pin_kernel and pin_kernel not in contested else []):
-        identity = Identity(gpu, kernel.name, kernel.source_hash, problem.key(), setup.precision)
+        identity = Identity(gpu, kernel.name, kernel.source_hash, problem.key(), setup.precision, kernel.previous_hashes)
         found = candidate_runs(tracker, identity)
         stale = [r for r in found if identity.is_stale(r)]
         if stale and not p.allow_stale:
