@@ -45,7 +45,7 @@ def append(benchmark: str, rows: Iterable[dict], gpu: str, command: str, commit:
     RESULTS.mkdir(exist_ok=True)
     new = not path.exists()
     with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         if new:
             w.writeheader()
         for r in rows:

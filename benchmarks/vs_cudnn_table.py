@@ -40,9 +40,11 @@ def main() -> int:
     if not best:
         raise SystemExit(f"sweep {parent}: no correct run")
     first = next(iter(best.values()))
+    ms = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731 - what the timing resolves, not a float's digits
     rows = [{"problem": name, "layout": layout, "kernel": r.param(Param.KERNEL),
-             "cudnn_nchw_ms": r.metric(Metric.CUDNN_NCHW_MS), "cudnn_cl_ms": r.metric(Metric.CUDNN_CHANNELS_LAST_MS),
-             "ours_ms": round(r.latency_ms, 4), "speedup": r.metric(Metric.SPEEDUP_VS_CUDNN), "config": r.config_label()}
+             "cudnn_nchw_ms": ms(r.metric(Metric.CUDNN_NCHW_MS)), "cudnn_cl_ms": ms(r.metric(Metric.CUDNN_CHANNELS_LAST_MS)),
+             "ours_ms": ms(r.latency_ms), "speedup": f"{r.metric(Metric.SPEEDUP_VS_CUDNN) or 0:.2f}",
+             "config": r.config_label()}
             for (name, layout), r in sorted(best.items())]
     when = datetime.datetime.fromtimestamp(first.raw["start_time"] / 1000, datetime.timezone.utc).date().isoformat()
     path = append("vs_cudnn", rows, gpu=first.tag(Tag.DEVICE, "?"), command="python run.py +experiment=vs_cudnn",
