@@ -323,3 +323,16 @@ def test_there_is_no_bound_launch_without_a_compiled_kernel():
     layout.to_channels_last(x, round_to_nearest_tf32=True)
     get_variant("nhwc_preround").launch(x, torch.randn(4, 16, 3, 3), None, 1, 1, 1, Meta(16, 16, 16, 4, 2))
     assert layout._bound == {} and nhwc_igemm._bound == {}
+
+
+def test_every_registered_variant_has_its_conf_and_every_conf_a_variant():
+    """A variant is one kernel module (it registers itself, kernels/base.py), its conf/kernel YAML and its tests; the
+    registry is what every list of kernels comes from (issue 43)."""
+    from tests.conftest import ROOT
+
+    confs = {p.stem for p in (ROOT / "conf" / "kernel").glob("*.yaml")} - {"library"}
+    assert confs == set(VARIANTS)
+    assert all(v.name == name for name, v in VARIANTS.items())
+    lib = {n for n, v in VARIANTS.items() if v.library is not None}
+    assert lib == set(VARIANTS) - {"seed"}  # the brief's baseline is measured, never pinned by the library
+    assert {n for n, v in VARIANTS.items() if v.export is not None} == {"implicit_gemm", "fold_igemm", "fused_gluon"}

@@ -223,8 +223,9 @@ def test_two_concurrent_promotes_both_land(tmp_path):
     assert got == {f"n{t}{i}-c3-h8-w8-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32" for t in "12" for i in range(15)}
 
 
-def test_the_sections_a_pins_file_may_have_are_the_kernel_variants():
-    assert set(pins.SECTIONS) == set(kernels.VARIANTS)
+def test_the_sections_a_pins_file_may_have_are_the_registrys_variants():
+    sections, named = pins.kernel_names()
+    assert set(sections) == set(kernels.VARIANTS) and set(named) == set(kernels.LIBRARY_KERNELS) == set(sections) - {"seed"}
 
 
 def test_lookup_exact_then_nearest_same_geometry_then_default():

@@ -21,7 +21,7 @@ os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random
 
 import convtune  # noqa: E402
 from convtune.library import functional  # noqa: E402
-from convtune.kernels import get_variant, library_variant, pins  # noqa: E402
+from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant, pins  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 random.seed(13)
@@ -54,7 +54,7 @@ def check(i: int) -> None:
     # promote pins a kernel only to calls it ran correctly, and fold_igemm refuses dilation (tests/test_fold_igemm.py:
     # such a pin is an error that names it); the kernels restricted to a family of shapes (fused_gluon, nchw_1x1,
     # nchw_igemm: RESTRICTED_TO) would refuse most of these random calls, and have GPU scripts of their own
-    others = [kernel for kernel in pins.LIBRARY_KERNELS if kernel != rule and (kernel != "fold_igemm" or d == (1, 1))
+    others = [kernel for kernel in LIBRARY_KERNELS if kernel != rule and (kernel != "fold_igemm" or d == (1, 1))
               and get_variant(kernel).restricted_to is None]
     other = others[(i // 2) % len(others)]
     routed = i % 2 == 1

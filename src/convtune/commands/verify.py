@@ -10,16 +10,13 @@ sample of small shapes through the interpreter (the test suite does that).
     python -m convtune.commands.verify --device interpreter --shapes 10  # CPU, small shapes
 
 A case draws: batch 1–16, 1–64 input and 1–1024 output channels, kernel 1–7 (sometimes 11), stride 1–5,
-dilation 1–3 (1 for the variants that take only that, DILATION_ONE), padding from 0 to wider than the kernel (height and width independently), odd and even sizes,
-bias or not, an input at an unaligned storage offset, and a launch configuration (random, or the variant's
-default for the problem's class, which is what the library runs); for the variants that read any layout
-(ANY_LAYOUT), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
-(Triton's OutOfResources) is counted as skipped, not failed. A variant runs the precisions it declares
-(KernelVariant.precisions) on the devices it declares (KernelVariant.compute_capability). `fused_gluon` (FAMILY_DRAWS)
-draws from its own family, L1 #50's (3 channels, stride 4, a kernel up to 12 × 12, up to 64 output
-columns and 96 output channels), at tf32 only, and runs on a Hopper GPU only: elsewhere it is left out by default.
-`nchw_1x1` draws 1×1 stride-1 convolutions without padding, at tf32 only; `nchw_igemm` stride-1 convolutions whose
-output is as wide as the input, at tf32 only.
+dilation 1–3 (1 for a variant that declares dilation_one), padding from 0 to wider than the kernel (height and width
+independently), odd and even sizes, bias or not, an input at an unaligned storage offset, and a launch configuration
+(random, or the variant's default for the problem's class, which is what the library runs); for a variant that reads
+any layout (any_layout), the input and output laid out NCHW or channels_last. A configuration the GPU cannot hold
+(Triton's OutOfResources) is counted as skipped, not failed. Each variant runs the precisions and on the devices it
+declares (KernelVariant.precisions, .compute_capability; a Hopper-only variant is left out elsewhere), and a variant
+restricted to a family of shapes draws its cases from that family itself (KernelVariant.draw_case, in its module).
 """
 
 from __future__ import annotations
@@ -87,24 +84,23 @@ def _out(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _log_int(rng: random.Random, lo: int, hi: int) -> int:
-    """An integer in [lo, hi], log-uniform: small sizes as often as large ones."""
-    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-
-
 def draw_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
     """One random case; `small` keeps it cheap enough for the interpreter."""
-    if variant in FAMILY_DRAWS:
-        return FAMILY_DRAWS[variant](rng, index, variant, precision, small)
+    from convtune.kernels import get_variant
+    from convtune.kernels.common import log_uniform_int
+
+    declared = get_variant(variant)
+    if declared.draw_case is not None:
+        return Case(index, variant, precision, **declared.draw_case(rng, small))
     while True:
         kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
         dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
-        if variant in DILATION_ONE:  # drawn all the same, so that the other variants' cases stay what they were
+        if declared.dilation_one:  # drawn all the same, so that the other variants' cases stay what they were
             dh, dw = 1, 1
         sh, sw = rng.randint(1, 3 if small else 5), rng.randint(1, 3 if small else 5)
         ph, pw = rng.randint(0, dh * (kh - 1) + 2), rng.randint(0, dw * (kw - 1) + 2)  # up to wider than the kernel
-        c = rng.randint(1, 4) if small else _log_int(rng, 1, 64)
-        k = rng.choice([rng.randint(1, 20), rng.randint(17, 40)]) if small else _log_int(rng, 1, 1024)
+        c = rng.randint(1, 4) if small else log_uniform_int(rng, 1, 64)
+        k = rng.choice([rng.randint(1, 20), rng.randint(17, 40)]) if small else log_uniform_int(rng, 1, 1024)
         n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
         lo_h, lo_w = max(1, dh * (kh - 1) + 1 - 2 * ph), max(1, dw * (kw - 1) + 1 - 2 * pw)
         h, w = rng.randint(lo_h, lo_h + (12 if small else 80)), rng.randint(lo_w, lo_w + (12 if small else 80))
@@ -117,86 +113,9 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     meta = None if rng.random() < 0.3 else _draw_meta(rng, small)
     case = Case(index, variant, precision, n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), rng.random() < 0.7,
                 rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31))
-    if variant in ANY_LAYOUT:  # drawn last: the other fields are what they were before layouts were drawn
+    if declared.any_layout:  # drawn last: the other fields are what they were before layouts were drawn
         case.layout = rng.choice(["nchw", "channels_last"])
     return case
-
-
-# the variants whose launch reads and writes either layout
-ANY_LAYOUT = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "nhwc_split_n", "fold_igemm", "fused_gluon",
-              "nchw_1x1", "nchw_igemm")
-DILATION_ONE = ("fold_igemm",)  # the variants that take dilation 1 only
-
-
-def _draw_fused_gluon_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
-    """A case in fused_gluon's family (kernels/fused_gluon.make_plan): 3 channels, stride 4, dilation 1, a kernel up to
-    12 × 12, up to 64 output columns and 96 output channels; padding up to 3 a side, any height, batch 1-8."""
-    while True:
-        kh, kw = rng.randint(1, 12), rng.randint(1, 12)
-        ph, pw = rng.randint(0, 3), rng.randint(0, 3)
-        h = rng.randint(max(1, kh - 2 * ph), 240)
-        w = rng.randint(max(1, kw - 2 * pw), 4 * 63 + kw - 2 * pw)
-        if _out(h, kh, 4, ph, 1) >= 1 and 1 <= _out(w, kw, 4, pw, 1) <= 64:
-            break
-    meta = None if rng.random() < 0.5 else dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4,
-                                                  num_stages=rng.choice([1, 2]))  # fused_gluon.REGISTERS
-    return Case(index, variant, precision, rng.choice([1, 1, 2, 3, 4, 8]), 3, h, w, rng.randint(1, 96), kh, kw,
-                (4, 4), (ph, pw), (1, 1), rng.random() < 0.7, rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]),
-                meta, rng.randrange(2**31), rng.choice(["nchw", "channels_last"]))
-
-
-def _draw_nchw_1x1_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
-    """A case in nchw_1x1's family (kernels/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
-    1-512 input and output channels (log-uniform), sizes whose H·W is a multiple of 4 (TMA) or not, batch 1-16; the
-    default configuration or a random one that fits shared memory."""
-    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (_log_int(rng, 1, 512), _log_int(rng, 1, 512))
-    h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
-    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
-    meta = None
-    if rng.random() >= 0.3:
-        while True:
-            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]), BLOCK_N=rng.choice([16, 32, 64]),
-                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
-                        num_stages=rng.choice([1, 2, 3, 4]))
-            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
-                break
-    dh, dw = rng.choice([1, 1, 1, 2, 3]), rng.choice([1, 1, 1, 2, 3])
-    return Case(index, variant, precision, n, c, h, w, k, 1, 1, (1, 1), (0, 0), (dh, dw), rng.random() < 0.7,
-                rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31),
-                rng.choice(["nchw", "channels_last"]))
-
-
-def _draw_nchw_igemm_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
-    """A case in nchw_igemm's family (kernels/nchw_igemm.make_plan): stride 1 and an output as wide as the input (a
-    kernel 1, 3, 5 or 7 wide with the padding along W that keeps the width; 1-7 high with any padding along H), dilation
-    1-2; 1-512 input and output channels (log-uniform), sizes 1-80, batch 1-16; the default configuration or a random one
-    that fits shared memory."""
-    while True:
-        kh, kw = rng.randint(1, 7), rng.choice([1, 3, 5, 7])
-        dh, dw = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
-        ph, pw = rng.randint(0, dh * (kh - 1)), dw * (kw - 1) // 2
-        h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
-        if _out(h, kh, 1, ph, dh) >= 1:
-            break
-    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (_log_int(rng, 1, 512), _log_int(rng, 1, 512))
-    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
-    meta = None
-    if rng.random() >= 0.3:
-        while True:
-            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]),
-                        BLOCK_N=rng.choice([16, 32, 64] if small else [16, 32, 64, 128, 256]),
-                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
-                        num_stages=rng.choice([1, 2, 3, 4]))
-            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
-                break
-    return Case(index, variant, precision, n, c, h, w, k, kh, kw, (1, 1), (ph, pw), (dh, dw), rng.random() < 0.7,
-                rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31),
-                rng.choice(["nchw", "channels_last"]))
-
-
-# variants whose cases are drawn from their own family
-FAMILY_DRAWS = {"fused_gluon": _draw_fused_gluon_case, "nchw_1x1": _draw_nchw_1x1_case,
-                "nchw_igemm": _draw_nchw_igemm_case}
 
 
 def _draw_meta(rng: random.Random, small: bool) -> dict[str, int]:
@@ -436,7 +355,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m convtune.commands.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
     ap.add_argument("--variants", default=None, help="comma-separated; default: every variant this device runs "
-                    "(fused_gluon: a Hopper GPU only)")
+                    "(a variant that needs another GPU is left out)")
     ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")

@@ -6,85 +6,30 @@ time whether kernels run compiled or through the interpreter: set TRITON_INTERPR
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from convtune.errors import ConfigError
-from convtune.kernels import (fold_igemm, fused_gluon, implicit_gemm, llvm_opt, nchw_1x1, nchw_igemm, nhwc_igemm,
-                              nhwc_split_n, nhwc_streamk, pins, seed)
+from convtune.kernels import llvm_opt, pins
+from convtune.kernels.base import REGISTRY, KernelVariant, LibraryCall
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
 llvm_opt.install()  # our kernels compile at llvm_opt's level (a workaround for an LLVM miscompile)
 
+# Every module of this package declares its variants as it is imported (kernels.base.register); `*_kernel.py` holds
+# jit code a variant imports on its first launch (a Gluon kernel), and is left alone here.
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if not _module.endswith("_kernel"):
+        importlib.import_module(f"{__name__}.{_module}")
 
-@dataclass(frozen=True)
-class KernelVariant:
-    """One kernel algorithm: how to launch it, its default configuration, and its source identity."""
-
-    name: str
-    launch: Callable[..., Launched]
-    default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
-    source_hash: str
-    tf32_ties: str  # how `tf32` breaks rounding ties ("away" or "even": kernels/precision.py)
-    # launch's arguments → a call that launches with everything checked and planned once, as the library's call
-    # does after a signature's first (convtune.library.functional); None where the library does not run the variant
-    prepared: Optional[Callable[..., Callable[[], Any]]] = None
-    # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
-    # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
-    restricted_to: Optional[str] = None
-    # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs (None: any
-    # device, the interpreter too): what checks over every variant (convtune.commands.verify) read, rather than lists of names
-    precisions: Optional[tuple[str, ...]] = None
-    compute_capability: Optional[tuple[int, int]] = None
-    # what runs of this same kernel recorded as its source hash before its identity became its jit code (issue 43):
-    # resume and promote take those runs as this kernel's
-    previous_hashes: tuple[str, ...] = ()
-
-    def runs_precision(self, precision: str) -> bool:
-        return self.precisions is None or precision in self.precisions
-
-    def runs_on(self, capability: Optional[tuple[int, int]]) -> bool:
-        """Whether it runs on a device of that compute capability (None: the Triton interpreter)."""
-        return self.compute_capability is None or self.compute_capability == capability
-
-
-VARIANTS: dict[str, KernelVariant] = {
-    "seed": KernelVariant("seed", seed.launch, seed.default_meta, seed.SOURCE_HASH, seed.TF32_TIES,
-                          previous_hashes=seed.PREVIOUS_SOURCE_HASHES),
-    "implicit_gemm": KernelVariant("implicit_gemm", implicit_gemm.launch, implicit_gemm.default_meta,
-                                   implicit_gemm.SOURCE_HASH, implicit_gemm.TF32_TIES, implicit_gemm.prepared,
-                                   previous_hashes=implicit_gemm.PREVIOUS_SOURCE_HASHES),
-    "nhwc_igemm": KernelVariant("nhwc_igemm", nhwc_igemm.launch, nhwc_igemm.default_meta, nhwc_igemm.SOURCE_HASH,
-                                nhwc_igemm.TF32_TIES, nhwc_igemm.prepared,
-                                previous_hashes=nhwc_igemm.PREVIOUS_SOURCE_HASHES),
-    "nhwc_preround": KernelVariant("nhwc_preround", nhwc_igemm.launch_preround, nhwc_igemm.default_meta_preround,
-                                   nhwc_igemm.SOURCE_HASH, nhwc_igemm.TF32_TIES, nhwc_igemm.prepared_preround,
-                                   previous_hashes=nhwc_igemm.PREVIOUS_SOURCE_HASHES),
-    "nhwc_streamk": KernelVariant("nhwc_streamk", nhwc_streamk.launch, nhwc_streamk.default_meta,
-                                  nhwc_streamk.SOURCE_HASH, nhwc_streamk.TF32_TIES, nhwc_streamk.prepared,
-                                  previous_hashes=nhwc_streamk.PREVIOUS_SOURCE_HASHES),
-    "nhwc_split_n": KernelVariant("nhwc_split_n", nhwc_split_n.launch, nhwc_split_n.default_meta,
-                                  nhwc_split_n.SOURCE_HASH, nhwc_split_n.TF32_TIES, nhwc_split_n.prepared,
-                                  previous_hashes=nhwc_split_n.PREVIOUS_SOURCE_HASHES),
-    "fold_igemm": KernelVariant("fold_igemm", fold_igemm.launch, fold_igemm.default_meta, fold_igemm.SOURCE_HASH,
-                                fold_igemm.TF32_TIES, fold_igemm.prepared,
-                                previous_hashes=fold_igemm.PREVIOUS_SOURCE_HASHES),
-    "fused_gluon": KernelVariant("fused_gluon", fused_gluon.launch, fused_gluon.default_meta, fused_gluon.SOURCE_HASH,
-                                 fused_gluon.TF32_TIES, fused_gluon.prepared, fused_gluon.RESTRICTED_TO,
-                                 fused_gluon.PRECISIONS, fused_gluon.COMPUTE_CAPABILITY,
-                                 previous_hashes=fused_gluon.PREVIOUS_SOURCE_HASHES),
-    "nchw_1x1": KernelVariant("nchw_1x1", nchw_1x1.launch, nchw_1x1.default_meta, nchw_1x1.SOURCE_HASH,
-                              nchw_1x1.TF32_TIES, nchw_1x1.prepared, nchw_1x1.RESTRICTED_TO, nchw_1x1.PRECISIONS,
-                              previous_hashes=nchw_1x1.PREVIOUS_SOURCE_HASHES),
-    "nchw_igemm": KernelVariant("nchw_igemm", nchw_igemm.launch, nchw_igemm.default_meta, nchw_igemm.SOURCE_HASH,
-                                nchw_igemm.TF32_TIES, nchw_igemm.prepared, nchw_igemm.RESTRICTED_TO, nchw_igemm.PRECISIONS,
-                                previous_hashes=nchw_igemm.PREVIOUS_SOURCE_HASHES),
-}
+VARIANTS: dict[str, KernelVariant] = dict(sorted(REGISTRY.items()))
 # The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
 GENERAL = tuple(sorted(name for name, v in VARIANTS.items()
                        if v.restricted_to is None and v.precisions is None and v.compute_capability is None))
+LIBRARY_KERNELS = tuple(name for name, v in VARIANTS.items() if v.library is not None)  # what a pin may name
 
 
 def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,
@@ -133,7 +78,6 @@ def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
 # 16-byte loads and TMA need C_in % 4 == 0.
 LIBRARY = "library"
 NHWC_MIN_CHANNELS = 16
-LIBRARY_KERNELS = pins.LIBRARY_KERNELS  # what a pin may name and a promote of kernel=library contests
 
 
 def library_variant(layout: str, in_channels: int) -> str:
@@ -161,6 +105,6 @@ def variant_for(name: str, problem: Any) -> KernelVariant:
     return get_variant(library_variant(problem.layout, problem.in_channels) if name == LIBRARY else name)
 
 
-__all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Meta", "VARIANTS", "configured",
+__all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "LibraryCall", "Meta", "VARIANTS", "configured",
            "configured_meta", "get_variant", "library_choice", "library_variant", "validate_meta",
            "validate_precision", "variant_for"]

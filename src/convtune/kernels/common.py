@@ -5,8 +5,8 @@ Imports torch only (and the project's leaf `errors`): this room knows nothing of
 
 from __future__ import annotations
 
-import hashlib
-import inspect
+import math
+import random
 import weakref
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
@@ -193,6 +193,11 @@ class WeightCache:
         packed = make(weight)
         self._entries[id(weight)] = (weakref.ref(weight), state, packed)
         return packed
+
+
+def log_uniform_int(rng: random.Random, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform: small sizes as often as large ones (the correctness cases' draws)."""
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
 def safe_stages(num_stages: int, k_steps: int) -> int:

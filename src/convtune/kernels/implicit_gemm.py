@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rounding_source, source_of
+from convtune.kernels.base import KernelVariant, LibraryCall, register
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Launched, Meta, WeightCache, prepare, writes_channels_last
 from convtune.kernels import llvm_opt, weight_pack
@@ -309,3 +311,49 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_igemm_kernel, round_tf32])
 PREVIOUS_SOURCE_HASHES = ("d1dc565d8466",)
+
+
+
+# KernelBench's one-file export of this kernel at a pinned configuration (`python promote.py export=kernelbench`)
+def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
+    from convtune.kernels import implicit_gemm as ig
+
+    wrapper = pinned_block(m, precision, provenance, p) + f'''
+
+def conv2d_triton(x, weight, bias, packed=None):
+    """`packed`: pack_weight's (weight, KWP, J0) for this input's vector width, made here when not given."""
+    n, c, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
+    ow = (w + 2 * PADDING[1] - DILATION[1] * (kw - 1) - 1) // STRIDE[1] + 1
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    vec = choose_vec(x, w, STRIDE[1], DILATION[1], "{precision}")
+    wp, kwp, j0 = packed if packed is not None else pack_weight(weight, PADDING[1], vec, ROUND)
+    grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
+    _conv2d_igemm_kernel[grid](
+        x, wp, bias if bias is not None else x, out,
+        C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
+        PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
+        ROUND_A=ROUND, OUT_CL=False, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        LLVM_OPT="O3",  # Triton's own level: every size is a constexpr, so the judge's check covers this binary
+    )
+    return out
+''' + model_new(p, f'''\
+        x, w = x.contiguous(), self.conv1.weight
+        vec = choose_vec(x, x.shape[3], STRIDE[1], DILATION[1], "{precision}")
+        key = (w.data_ptr(), w._version, vec)  # pad and round the weight again only when it changes
+        if self._packed_for != key:
+            self._packed, self._packed_for = pack_weight(w.detach(), PADDING[1], vec, ROUND), key
+        return conv2d_triton(x, w, self.conv1.bias, self._packed)
+''')
+    return "\n\n".join((IMPORTS, rounding_source(), source_of(ig._conv2d_igemm_kernel),
+                        source_of(ig.choose_vec, ig.row_window, ig.pack_weight))) + "\n" + wrapper
+
+
+register(KernelVariant(
+    "implicit_gemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench,
+    # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as the library's call makes it
+    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
+        g, has_bias, choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision),
+        meta, precision, out_cl), lambda x, plan: x.contiguous(), run),
+    entry_points=("_conv2d_igemm_kernel",)))

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.common import bound_runner
-from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
+from convtune.kernels.precision import round_tf32_even, round_to_tf32_even
 
 # Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py at ba42e38, 16 tiles of 32-128 channels ×
 # 32-128 positions × 4/8 warps; docs/evidence/h200_issue13_layout_copy.txt at ba42e38): 64 × 64 with 4 warps moved the

@@ -17,7 +17,7 @@ Wrong at O0 too: KernelMiscompiled, never a wrong answer. The level chosen is ke
 and returned with each launch (Launched.llvm_opt) so runs record what ran.
 
 Triton compiles everything at O3 and has no per-kernel switch, so `install()` wraps the compiler's LLVM-IR stage
-for the kernels named in KERNELS only, at the level asked for by the launching thread (`compiling_at`).
+for our kernels' entry points only (each variant's KernelVariant.entry_points), at the level asked for by the launching thread (`compiling_at`).
 The level is also a constexpr of every launch, so binaries of different levels never share a cache entry.
 
 CONVTUNE_LLVM_OPT=auto|O0|O1|O2|O3: auto as above; a level forces it for every binary, unchecked
@@ -32,10 +32,15 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
 
-KERNELS = frozenset({"_conv2d_igemm_kernel", "_conv2d_seed_kernel", "_conv2d_nhwc_kernel", "_conv2d_nhwc_streamk_kernel",
-                     "_conv2d_nhwc_split_n_kernel",
-                     "_conv2d_fold_kernel", "_conv2d_fused_gluon_kernel", "_conv2d_1x1_kernel", "_conv2d_nchw_kernel"})
 LEVELS = ("O0", "O1", "O2", "O3")
+
+
+def _our_entry_points() -> frozenset[str]:
+    """The jit entry points the registered variants declare (kernels.base): the binaries this module compiles at its
+    level; anything else (Triton's own kernels, the layout copy) is compiled as Triton would."""
+    from convtune.kernels.base import REGISTRY
+
+    return frozenset(e for v in REGISTRY.values() for e in v.entry_points)
 MODES = ("auto",) + LEVELS
 ENV = "CONVTUNE_LLVM_OPT"
 TRITON_LEVEL = "O3"
@@ -111,7 +116,7 @@ class _AtLevel:
 def _wrap_llir(make_llir: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
     def llir(src: Any, metadata: dict) -> Any:
         wanted = getattr(_thread, "level", TRITON_LEVEL)
-        if wanted == TRITON_LEVEL or src.get_entry_func_name() not in KERNELS:
+        if wanted == TRITON_LEVEL or src.get_entry_func_name() not in _our_entry_points():
             return make_llir(src, metadata)
         import triton.backends.nvidia.compiler as nvidia
 

@@ -25,6 +25,7 @@ dilation: a 1×1 kernel has none to dilate), up to 65535 images (the grid's seco
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -35,6 +36,8 @@ import triton.language as tl
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
+from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
+from convtune.kernels.common import log_uniform_int
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (
     ConvGeometry,
@@ -309,3 +312,30 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx])
 PREVIOUS_SOURCE_HASHES = ("3e258e020276",)
+
+
+
+def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
+    """verify's case draw (convtune.commands.verify): a case in nchw_1x1's family (kernels/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
+    1-512 input and output channels (log-uniform), sizes whose H·W is a multiple of 4 (TMA) or not, batch 1-16; the
+    default configuration or a random one that fits shared memory."""
+    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (log_uniform_int(rng, 1, 512), log_uniform_int(rng, 1, 512))
+    h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
+    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
+    meta = None
+    if rng.random() >= 0.3:
+        while True:
+            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]), BLOCK_N=rng.choice([16, 32, 64]),
+                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
+                        num_stages=rng.choice([1, 2, 3, 4]))
+            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
+                break
+    dh, dw = rng.choice([1, 1, 1, 2, 3]), rng.choice([1, 1, 1, 2, 3])
+    return dict(n=n, c=c, h=h, w=w, k=k, kh=1, kw=1, stride=(1, 1), padding=(0, 0), dilation=(dh, dw),
+                bias=rng.random() < 0.7, offset=rng.choice([0, 0, 1, 2, 3]), init=rng.choice(["rand", "randn"]),
+                meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
+
+
+register(KernelVariant("nchw_1x1", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case, library=LibraryCall(without_input(make_plan), readable_input, run),
+                        entry_points=("_conv2d_1x1_kernel",)))

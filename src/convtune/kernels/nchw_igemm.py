@@ -28,6 +28,7 @@ kernel, padding along H and dilation, up to 65535 images, an image's input and o
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -38,6 +39,8 @@ import triton.language as tl
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
+from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
+from convtune.kernels.common import log_uniform_int, out_size
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (
     ConvGeometry,
@@ -272,3 +275,37 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx])
 PREVIOUS_SOURCE_HASHES = ("60e27b4908ec",)
+
+
+
+def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
+    """verify's case draw (convtune.commands.verify): a case in nchw_igemm's family (kernels/nchw_igemm.make_plan): stride 1 and an output as wide as the input (a
+    kernel 1, 3, 5 or 7 wide with the padding along W that keeps the width; 1-7 high with any padding along H), dilation
+    1-2; 1-512 input and output channels (log-uniform), sizes 1-80, batch 1-16; the default configuration or a random one
+    that fits shared memory."""
+    while True:
+        kh, kw = rng.randint(1, 7), rng.choice([1, 3, 5, 7])
+        dh, dw = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
+        ph, pw = rng.randint(0, dh * (kh - 1)), dw * (kw - 1) // 2
+        h, w = (rng.randint(1, 9), rng.randint(1, 9)) if small else (rng.randint(1, 80), rng.randint(1, 80))
+        if out_size(h, kh, 1, ph, dh) >= 1:
+            break
+    c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (log_uniform_int(rng, 1, 512), log_uniform_int(rng, 1, 512))
+    n = rng.randint(1, 2) if small else rng.choice([1, 1, 2, 3, 4, 8, 16])
+    meta = None
+    if rng.random() >= 0.3:
+        while True:
+            meta = dict(BLOCK_M=64 if small else rng.choice([64, 128, 256]),
+                        BLOCK_N=rng.choice([16, 32, 64] if small else [16, 32, 64, 128, 256]),
+                        BLOCK_K=16 if small else rng.choice([16, 32, 64]), num_warps=rng.choice([4, 8]),
+                        num_stages=rng.choice([1, 2, 3, 4]))
+            if (meta["BLOCK_M"] + meta["BLOCK_N"]) * meta["BLOCK_K"] * 4 * meta["num_stages"] <= 160 * 1024:
+                break
+    return dict(n=n, c=c, h=h, w=w, k=k, kh=kh, kw=kw, stride=(1, 1), padding=(ph, pw), dilation=(dh, dw),
+                bias=rng.random() < 0.7, offset=rng.choice([0, 0, 1, 2, 3]), init=rng.choice(["rand", "randn"]),
+                meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
+
+
+register(KernelVariant("nchw_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case, library=LibraryCall(without_input(make_plan), readable_input, run),
+                        entry_points=("_conv2d_nchw_kernel",)))

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
+from convtune.kernels.base import KernelVariant, LibraryCall, register
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
                                      geometry, safe_stages, writes_channels_last)
@@ -341,3 +342,16 @@ def default_meta_preround(out_channels: int, stride_w: int, width: int, precisio
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel])
 PREVIOUS_SOURCE_HASHES = ("1561370120da",)
+
+
+register(KernelVariant(
+    "nhwc_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES,
+    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
+        g, has_bias, meta, precision, out_cl, input_rounded=False), round_input, run),
+    entry_points=("_conv2d_nhwc_kernel",)))
+register(KernelVariant(
+    "nhwc_preround", launch_preround, default_meta_preround, SOURCE_HASH, TF32_TIES, prepared_preround,
+    previous_hashes=PREVIOUS_SOURCE_HASHES,
+    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
+        g, has_bias, meta, precision, out_cl, input_rounded=True), round_input, run),
+    entry_points=("_conv2d_nhwc_kernel",)))

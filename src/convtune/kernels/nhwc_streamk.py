@@ -47,6 +47,7 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
+from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import (ConvGeometry, Launched, Meta, bound_runner, check_conv_inputs, check_out,
                                      geometry, safe_stages, writes_channels_last)
@@ -461,3 +462,8 @@ VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_streamk_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
                                    round_tf32_even_bits, round_tf32_even_ptx])
 PREVIOUS_SOURCE_HASHES = ("d2064b641f81",)
+
+
+register(KernelVariant("nhwc_streamk", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=LibraryCall(without_input(make_plan), kernel_input, run),
+                        entry_points=("_conv2d_nhwc_streamk_kernel",)))

@@ -39,10 +39,14 @@ HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only wi
 END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
 TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
-# the kernels a pin may name (kernel=library contests them all)
-LIBRARY_KERNELS = ("implicit_gemm", "nhwc_igemm", "nhwc_preround", "nhwc_streamk", "nhwc_split_n", "fold_igemm",
-                   "fused_gluon", "nchw_1x1", "nchw_igemm")
-SECTIONS = ("seed",) + LIBRARY_KERNELS  # the variants that may have a section (kernels.VARIANTS; a test holds them equal)
+
+
+def kernel_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the variants that may have a section, those a pin's `kernel` may name): the registry's (kernels.base), read
+    when a file is read, so that a new variant needs no edit here."""
+    from convtune.kernels.base import REGISTRY
+
+    return tuple(sorted(REGISTRY)), tuple(sorted(n for n, v in REGISTRY.items() if v.library is not None))
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def parse(text: str, where: str) -> dict[str, Any]:
         raise PinsError(f"pins file {where}: {e}") from None
     except yaml.YAMLError as e:
         raise PinsError(f"pins file {where}: not valid YAML ({str(e).splitlines()[0]})") from None
-    schema.check(data, f"pins file {where}", SECTIONS, LIBRARY_KERNELS, PinsError)
+    schema.check(data, f"pins file {where}", *kernel_names(), PinsError)
     data.setdefault("pins", {})
     return data
 

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare
 from convtune.kernels import llvm_opt
@@ -142,3 +143,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_seed_kernel, round_tf32])
 PREVIOUS_SOURCE_HASHES = ("4598f4a531d8",)
+
+
+register(KernelVariant("seed", launch, default_meta, SOURCE_HASH, TF32_TIES, previous_hashes=PREVIOUS_SOURCE_HASHES,
+                        any_layout=False, entry_points=("_conv2d_seed_kernel",)))

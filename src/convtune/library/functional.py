@@ -4,46 +4,28 @@ kernel with the pinned configuration, or torch's own convolution where torch won
 
 Which kernel: the pin for the call's key decides (kernels.library_choice), and where none has, the rule
 (kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
-runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name another of the
-library's kernels (a promote of `kernel=library` found it faster for that key): `nhwc_preround` is `nhwc_igemm` on
-an input rounded to TF32 before the kernel; `fold_igemm` folds the input (space-to-depth by the stride) into a
-buffer of its own, from either layout; `fused_gluon` (Hopper only) gathers L1 #50's input straight into its MMAs;
-`nhwc_streamk` is `nhwc_preround` with a part-empty last wave of tiles shared along K; `nhwc_split_n` is
-`nhwc_preround` with the output channels a BLOCK_N-wide tile leaves over in narrower tiles, launched beside the
-others on a second stream; `nchw_1x1` runs a 1×1
-stride-1 convolution as a batched GEMM over NCHW; `nchw_igemm` runs nhwc_igemm's GEMM over an
-NCHW input of a stride-1 layer whose output is as wide as its input. Each other kernel reads its own layout,
-`implicit_gemm`, `fused_gluon`, `nchw_1x1` and `nchw_igemm` NCHW and the nhwc kernels channels_last,
-so an input in the other layout is copied inside the call (rounded in that copy for `nhwc_preround`, `nhwc_streamk` and `nhwc_split_n`); each writes
-the output in the call's layout directly. Pins are looked up under the call's layout (the key's `nchw` /
-`channels_last`)."""
+runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name any of the library's
+kernels (a promote of `kernel=library` found it faster for that key); each declares how the library runs it
+(KernelVariant.library, kernels/base.py): its plan, the input as it reads it (a copy into its layout inside the
+call, rounded to TF32 for some), and its launch, which writes the output in the call's layout. Pins are looked up
+under the call's layout (the key's `nchw` / `channels_last`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import library_choice, pins, torch_conv
-from convtune.kernels import fold_igemm as fold
-from convtune.kernels import fused_gluon as fused
-from convtune.kernels import implicit_gemm as ig
-from convtune.kernels import nchw_1x1 as pointwise
-from convtune.kernels import nchw_igemm as nchw
-from convtune.kernels import nhwc_igemm as nhwc
-from convtune.kernels import nhwc_split_n as split_n
-from convtune.kernels import nhwc_streamk as streamk
+from convtune.kernels import LibraryCall, get_variant, library_choice, pins, torch_conv
+from convtune.kernels import implicit_gemm as ig  # its bound launch (Bound): the one a module's layer keeps
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
 
-# The kernels that read channels_last (a KernelPin's names for them) and whether each rounds the input to TF32 first
-CHANNELS_LAST_KERNELS = {"nhwc_igemm": False, "nhwc_preround": True}
 log = logging.getLogger(__name__)
-_plans: dict[tuple[Any, ...], Any] = {}  # signature → ig.LaunchPlan, nhwc.LaunchPlan, or pins.TORCH
+_plans: dict[tuple[Any, ...], Any] = {}  # signature → a kernel's LaunchPlan, or pins.TORCH
 _torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
 pins_generation = 0  # bumped by forget_choices: callers that cache a decision compare it
 _F32 = torch.float32
@@ -97,8 +79,9 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Union[ig.LaunchPlan, nhwc.LaunchPlan, streamk.LaunchPlan, split_n.LaunchPlan, fold.LaunchPlan, fused.LaunchPlan, pointwise.LaunchPlan,
-             nchw.LaunchPlan, str]
+Plan = Any  # a kernel's LaunchPlan (its LibraryCall made it), or pins.TORCH
+# plan type → the LibraryCall of the kernel whose plans are of that type (registered as each first makes one)
+_calls: dict[type, LibraryCall] = {}
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -123,26 +106,14 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
 
 def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.KernelPin, precision: str,
                  out_cl: bool) -> Plan:
-    if value.kernel == "fold_igemm":
-        return fold.make_plan(g, has_bias, value.meta, precision, out_cl)
-    if value.kernel == "fused_gluon":
-        plan = fused.make_plan(g, has_bias, value.meta, precision, out_cl)
-        fused.require_hopper(x.device)
-        return plan
-    if value.kernel == "nchw_1x1":
-        return pointwise.make_plan(g, has_bias, value.meta, precision, out_cl)
-    if value.kernel == "nchw_igemm":
-        return nchw.make_plan(g, has_bias, value.meta, precision, out_cl)
-    if value.kernel == "nhwc_streamk":
-        return streamk.make_plan(g, has_bias, value.meta, precision, out_cl)
-    if value.kernel == "nhwc_split_n":
-        return split_n.make_plan(g, has_bias, value.meta, precision, out_cl)
-    if value.kernel in CHANNELS_LAST_KERNELS:
-        return nhwc.make_plan(g, has_bias, value.meta, precision, out_cl,
-                              input_rounded=CHANNELS_LAST_KERNELS[value.kernel])
-    # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as _run makes it
-    vec = ig.choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
-    return ig.make_plan(g, has_bias, vec, value.meta, precision, out_cl)
+    """The plan of the kernel a pin names, made by its LibraryCall (kernels.base: each variant declares how the
+    library runs it)."""
+    library = get_variant(value.kernel).library
+    if library is None:
+        raise UnsupportedProblem(f"{value.kernel} is not one of the library's kernels (a pin may name only those)")
+    plan = library.plan(x, g, has_bias, value.meta, precision, out_cl)
+    _calls[type(plan)] = library
+    return plan
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int) -> None:
@@ -198,30 +169,16 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
-    reads, runs = _KERNEL_CALLS[type(plan)]
-    x = reads(input, plan)
+    call = _calls[type(plan)]
+    x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
             and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
         _check(x, weight, bias, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
-    runs(plan, x, weight, bias, out)
+    call.run(plan, x, weight, bias, out)
     return out
-
-
-# Per plan type: the input as its kernel reads it (a copy into that layout, none where the input has it, is part of
-# the call; rounded for nhwc_preround; fold_igemm's fold reads either layout), and the kernel's launch
-_KERNEL_CALLS: dict[type, tuple[Callable[[torch.Tensor, Any], torch.Tensor], Callable[..., Any]]] = {
-    ig.LaunchPlan: (lambda x, plan: x.contiguous(), ig.run),
-    nhwc.LaunchPlan: (nhwc.round_input, nhwc.run),
-    streamk.LaunchPlan: (streamk.kernel_input, streamk.run),
-    split_n.LaunchPlan: (split_n.kernel_input, split_n.run),
-    fold.LaunchPlan: (lambda x, plan: x, fold.run),
-    fused.LaunchPlan: (lambda x, plan: x.contiguous(), fused.run),
-    pointwise.LaunchPlan: (pointwise.readable_input, pointwise.run),
-    nchw.LaunchPlan: (nchw.readable_input, nchw.run),
-}
 
 
 class Bound:

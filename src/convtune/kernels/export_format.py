@@ -1,0 +1,55 @@
+"""The KernelBench one-file format's common parts, for the variants that can be exported (KernelVariant.export):
+imports → @triton.jit kernel(s) → wrappers (grid and launch, the pinned configuration baked in) →
+`class ModelNew(nn.Module)` with the problem Model's constructor. The kernels and their pure helpers are copied from
+the library's source (inspect), so the file runs the library's code. Pure text; `p` is a convtune.problem.ConvProblem.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+IMPORTS = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
+
+
+def source_of(*fns: object) -> str:
+    """The source of functions, jitted ones included, one blank line pair apart."""
+    return "\n\n".join(inspect.getsource(getattr(f, "fn", f)) for f in fns)  # type: ignore[arg-type]
+
+
+def rounding_source() -> str:
+    from convtune.kernels import precision as prec
+
+    return (f"TF32_HALF_ULP, TF32_MASK = {prec.TF32_HALF_ULP:#x}, {prec.TF32_MASK}\n\n\n"
+            + source_of(prec.round_to_tf32, prec.round_tf32))
+
+
+def pinned_block(m: dict, precision: str, provenance: str, p: Any) -> str:
+    from convtune.kernels import precision as prec
+
+    rule = "operands rounded to nearest TF32, as cuDNN rounds" if prec.rounds_operands(precision) else "as tl.dot does it"
+    return f'''
+# Pinned configuration ({provenance}); no autotuning.
+BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = {m["BLOCK_M"]}, {m["BLOCK_N"]}, {m["BLOCK_K"]}, {m["num_warps"]}, {m["num_stages"]}
+# precision {precision}: {rule}
+PRECISION, ROUND = "{prec.dot_precision(precision)}", {prec.rounds_operands(precision)}
+STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dilation)}
+'''
+
+
+def model_new(p: Any, forward_body: str) -> str:
+    """ModelNew: the reference Model's nn.Conv2d, made first (so that it draws the same parameters after the same
+    seed), and the forward body given."""
+    return f'''
+
+class ModelNew(nn.Module):
+    def __init__(self, num_classes=1000):
+        super(ModelNew, self).__init__()
+        self.conv1 = nn.Conv2d(in_channels={p.in_channels}, out_channels={p.out_channels}, kernel_size=({p.kernel_h}, {p.kernel_w}),
+                               stride={tuple(p.stride)}, padding={tuple(p.padding)}, dilation={tuple(p.dilation)}, bias={p.bias})
+        self._packed, self._packed_for = None, None
+
+    def forward(self, x):
+        if not x.is_cuda:
+            return self.conv1(x)
+{forward_body}'''
