@@ -150,3 +150,20 @@ def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
                                          r"example_input\)$"):
         convtune.nn.convert(Net(), example_input=x, leave_torch_layers="yes")
     assert [s.left for s in report] == [False, True, True, True, False]
+
+
+def test_under_autocast_the_module_gives_torchs_dtype_and_values(monkeypatch):
+    """issue 44: under torch.autocast(bfloat16) convtune.nn.Conv2d returned float32 where torch returns bfloat16;
+    its kernels are fp32, so autocast's calls take torch's own path."""
+    from convtune import kernels
+
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # so that without autocast our kernel would run here
+    torch.manual_seed(0)
+    ref = torch.nn.Conv2d(3, 8, 3, padding=1)
+    ours = convtune.nn.Conv2d(3, 8, 3, padding=1)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.rand(2, 3, 9, 9)
+    assert ours(x).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, got = ref(x), ours(x)
+    assert expected.dtype == got.dtype == torch.bfloat16 and torch.equal(got, expected)

@@ -13,6 +13,12 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True)
+def _unpinned_calls_run_the_kernel(monkeypatch):
+    """These checks are of the kernels' paths through the library: an unpinned call runs the rule's kernel here."""
+    monkeypatch.setenv("CONVTUNE_UNPINNED", "kernel")
+
+
 def test_run_py_on_the_gpu_logs_cudnn_speedup_and_resources(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -11,6 +11,7 @@ import yaml
 import torch.nn.functional as F
 
 import convtune
+from convtune.errors import ConfigError
 from convtune import kernels
 from convtune.library import functional
 from convtune.kernels import Meta, pins
@@ -243,10 +244,14 @@ def test_lookup_exact_then_nearest_same_geometry_then_default():
     assert pins.lookup(data, "NVIDIA H", "implicit_gemm", "x/tf32", default)[0] == Meta(16, 16, 16, 4, 1)
 
 
-def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
+def test_conv2d_runs_a_kernel_only_where_this_gpu_has_an_exact_pin_and_torch_elsewhere(tmp_path, monkeypatch, caplog):
+    """issue 44: the library runs a kernel only where a measurement on this GPU pinned it; another batch of a pinned
+    shape, another geometry, or another GPU's pin is no such measurement, and torch runs there."""
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
+    pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY.replace("n2-", "n1-"), Meta(16, 32, 16, 2, 2), {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.delenv(kernels.UNPINNED_ENV, raising=False)
     functional.forget_choices()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
@@ -255,9 +260,31 @@ def test_conv2d_uses_the_pin_then_the_fallback(tmp_path, monkeypatch, caplog):
     torch.testing.assert_close(y, tf32_conv(x, w, b, (2, 1), (2, 1)), rtol=1e-4, atol=1e-4)
     caplog.clear()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
+        one = convtune.conv2d(x[:1], w, b, stride=(2, 1), padding=(2, 1))  # batch 1: pinned on NVIDIA G only
+        nobias = convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))  # another geometry: no pin anywhere
+    assert caplog.text.count("torch from no pin for") == 2, caplog.text
+    assert "on interpreter: the library runs a kernel only where a measurement on this GPU pinned it" in caplog.text
+    torch.testing.assert_close(one, F.conv2d(x[:1], w, b, (2, 1), (2, 1)), rtol=0, atol=0)
+    torch.testing.assert_close(nobias, F.conv2d(x, w, None, (2, 1), (2, 1)), rtol=0, atol=0)
+    functional.forget_choices()
+
+
+def test_convtune_unpinned_kernel_runs_the_rules_kernel_at_the_nearest_pin_or_its_default(tmp_path, monkeypatch,
+                                                                                          caplog):
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")
+    functional.forget_choices()
+    x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
+    with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         convtune.conv2d(x[:1], w, b, stride=(2, 1), padding=(2, 1))  # batch 1: nearest pinned shape
         convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))  # no bias: another geometry → default
     assert "from nearest pin interpreter" in caplog.text and "implicit_gemm default" in caplog.text
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "fastest")
+    functional.forget_choices()
+    with pytest.raises(ConfigError, match=r"CONVTUNE_UNPINNED='fastest' is not allowed: one of \['torch', 'kernel'\]"):
+        convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))
     functional.forget_choices()
 
 
@@ -419,6 +446,7 @@ def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
 def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, caplog):
     """ieee, so torch's CPU convolution is what torch itself computes: the output is bitwise F.conv2d's with the
     torch pin, and our kernel's (equal within 1e-5, not bitwise) without it."""
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     f = tmp_path / "pins.yaml"
     ieee_key = KEY.replace("/tf32", "/ieee")
     pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key, pins.TORCH, {})
@@ -452,7 +480,8 @@ def test_under_torch_compile_the_pin_is_read_when_the_call_runs(tmp_path, monkey
     functional.forget_choices()
 
 
-def test_an_in_place_weight_update_is_seen_by_the_next_call():
+def test_an_in_place_weight_update_is_seen_by_the_next_call(monkeypatch):
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     functional.forget_choices()
     x, w = torch.rand(1, 3, 12, 16), torch.rand(8, 3, 3, 5)  # stride 2 on an even width: a packed weight
     first = convtune.conv2d(x, w, None, stride=2, padding=1)
@@ -507,6 +536,7 @@ def test_a_train_pin_is_found_only_for_training_keys_and_nearest_among_train_pin
 
 def test_where_a_train_pin_says_torch_calls_recording_gradients_run_torch_and_others_the_kernel(tmp_path, monkeypatch):
     """ieee, so torch's CPU convolution is bitwise F.conv2d's and the kernel's output is not (as above)."""
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     f = tmp_path / "pins.yaml"
     ieee_key = KEY.replace("/tf32", "/ieee")
     pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key + pins.TRAIN, pins.TORCH, {})
@@ -548,6 +578,7 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
     """The pins of each layout are their own: a torch pin for the channels_last key sends the channels_last call
     to torch (bitwise F.conv2d at ieee) and leaves the NCHW call of the same shape on implicit_gemm; a meta pin
     under nhwc_igemm configures the channels_last call."""
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     x, w, b = _cl_call()
     expected = F.conv2d(x, w, b, 1, 1)
     f = tmp_path / "pins.yaml"
@@ -571,10 +602,11 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
 
 
 @pytest.mark.parametrize("channels,kernel", [(16, "nhwc_igemm"), (12, "implicit_gemm"), (18, "implicit_gemm")])
-def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels, kernel, caplog):
+def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels, kernel, caplog, monkeypatch):
     """library_variant: 16 or more input channels, a multiple of 4 (nhwc_igemm's 16-byte loads and TMA); else
     implicit_gemm on an NCHW copy, which writes the channels_last output itself. Values, layout and gradients
     are torch's either way."""
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     assert kernels.library_variant("channels_last", channels) == kernel
     assert kernels.library_variant("nchw", channels) == "implicit_gemm"
     g = torch.Generator().manual_seed(channels)

@@ -369,3 +369,21 @@ def test_kernel_library_remeasures_each_kernel_on_its_own_launch(capsys, store, 
                       out, re.M)
     assert sorted(rows) == [("candidate", "implicit_gemm", "yes"), ("candidate", "nhwc_igemm", "yes"),
                             ("candidate", "nhwc_preround", "yes"), ("pin", "implicit_gemm", "yes")], out
+
+
+def test_microtune_starts_from_what_the_library_runs_for_the_key(capsys, tmp_path, store):
+    """issue 44: +experiment=microtune tuned implicit_gemm's default neighbours even where the key's pin ran another
+    kernel; it now sweeps around the pin's own kernel and configuration."""
+    from convtune.tune.microtune import neighbour_configs
+
+    f = tmp_path / "pins.yaml"
+    pinned = Meta(16, 32, 16, 4, 3)
+    pins.write_pin(f, "interpreter", "implicit_gemm", KEY, pins.KernelPin("fold_igemm", pinned), {"run_id": None})
+    cfg = compose("+experiment=microtune", "problem=tiny", f"tracking.uri={store}", f"pins_file={f}")
+    configs = neighbour_configs(cfg)
+    out = capsys.readouterr().out
+    assert configs[0] == pinned.as_dict() and {c["num_stages"] for c in configs} == {2, 3, 4}
+    assert f"micro-tune tiny around {pinned.short()} (pin interpreter / implicit_gemm / {KEY})" in out
+    from convtune.setup import resolve
+
+    assert resolve(cfg).variant.name == "fold_igemm"  # each job measures the pin's kernel

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 PINS = Path(tempfile.mkdtemp()) / "pins.yaml"
 os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random shapes, no pins but these
 
+os.environ.setdefault("CONVTUNE_UNPINNED", "kernel")  # the kernels' paths through the library are the subject
 import convtune  # noqa: E402
 from convtune.library import functional  # noqa: E402
 from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant, pins  # noqa: E402

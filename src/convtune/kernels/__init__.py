@@ -7,6 +7,7 @@ time whether kernels run compiled or through the interpreter: set TRITON_INTERPR
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from pathlib import Path
 from typing import Any
@@ -58,12 +59,40 @@ def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: 
     return _default(variant, problem, precision), f"{variant.name} default ({source} runs {pins.describe(value)})"
 
 
+# What the library runs for a call no pin of this GPU decides: "torch" (the default: the library runs a kernel only
+# where a measurement on this GPU showed it faster and judge-correct, issue 44), or "kernel" (the rule's kernel at
+# the nearest pinned shape of the same geometry, else its default: what the library did before issue 44, for
+# experiments and for tests of the kernels through the library). Read on every first call of a signature.
+UNPINNED_ENV = "CONVTUNE_UNPINNED"
+UNPINNED = ("torch", "kernel")
+
+
+def unpinned_policy() -> str:
+    value = os.environ.get(UNPINNED_ENV, "torch") or "torch"
+    if value not in UNPINNED:
+        raise ConfigError(UNPINNED_ENV, value, f"one of {list(UNPINNED)} (torch: unpinned calls run torch)")
+    return value
+
+
 def library_choice(pins_file: Path, gpu: str, problem: Any, precision: str,
                    training: bool = False) -> tuple[pins.Pinned, str]:
     """What the library runs for a call of `problem` (its layout and channels pick the section, library_variant):
-    a pins.KernelPin naming the kernel and its configuration, or pins.TORCH; and where that comes from."""
+    a pins.KernelPin naming the kernel and its configuration, or pins.TORCH; and where that comes from. Only this
+    GPU's exact pin for the key decides (for a call that records gradients its "+train" pin first); without one,
+    torch runs, unless CONVTUNE_UNPINNED=kernel (unpinned_policy)."""
     home = get_variant(library_variant(problem.layout, problem.in_channels))
-    value, source = configured(home, pins_file, gpu, problem, precision, training)
+    if unpinned_policy() == "kernel":
+        value, source = configured(home, pins_file, gpu, problem, precision, training)
+    else:
+        data = pins.load(pins_file)
+        keys = ([pins.pin_key(problem.key(), precision, training=True)] if training else []) + \
+            [pins.pin_key(problem.key(), precision)]
+        section = pins.entries(data, gpu, home.name)
+        key = next((k for k in keys if k in section), None)
+        if key is None:
+            return pins.TORCH, (f"no pin for {keys[-1]} on {gpu}: the library runs a kernel only where a measurement "
+                                f"on this GPU pinned it")
+        value, source = pins.pinned(section[key]), f"pin {gpu} / {home.name} / {key}"
     return (pins.KernelPin(home.name, value) if isinstance(value, Meta) else value), source
 
 

@@ -51,6 +51,8 @@ class Conv2d(torch.nn.Conv2d):
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
         # train step (benchmarks/train_step_ab.py, probe_module_host.py): convert(model, example_input) leaves
         # such layers as torch.nn.Conv2d.
+        if torch.is_autocast_enabled(x.device.type):  # our kernels are fp32: under autocast, torch's own path and dtype
+            return super().forward(x)
         params = self._parameters
         if type(self) is Conv2d and "weight" in params and "bias" in params:
             weight, bias = params["weight"], params["bias"]
