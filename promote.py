@@ -16,6 +16,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from convtune.config import exit_on_bad_yaml, register_configs  # noqa: E402
+from convtune.setup import exit_on_unknown_keys  # noqa: E402
 
 register_configs()
 
@@ -35,4 +36,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     exit_on_bad_yaml(Path(__file__).resolve().parent)
+    exit_on_unknown_keys(sys.argv[1:])
     interrupts.main_then_exit(main)

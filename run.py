@@ -17,6 +17,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from convtune.app import run_job  # noqa: E402
 from convtune.config import exit_on_bad_yaml, register_configs  # noqa: E402
+from convtune.setup import exit_on_unknown_keys  # noqa: E402
 
 register_configs()
 
@@ -31,4 +32,5 @@ def main(cfg: DictConfig) -> object:
 
 if __name__ == "__main__":
     exit_on_bad_yaml(Path(__file__).resolve().parent)
+    exit_on_unknown_keys(sys.argv[1:])
     interrupts.main_then_exit(main)

@@ -159,3 +159,22 @@ def test_a_malformed_preset_is_one_line_naming_its_file_and_line(tmp_path):
     (tmp_path / "bad.yaml").write_bytes(b"a: \xff\n")
     with pytest.raises(ConfigFileError, match=r"bad.yaml: not UTF-8 text \(byte 3\)"):
         check_yaml_files(tmp_path)
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["num_warp=4", "problem=tiny"], "error: num_warp='4' is not allowed: not a convtune key (did you mean num_warps?)"),
+    (["-m", "num_warp=2,4"], "error: num_warp='2,4' is not allowed: not a convtune key (did you mean num_warps?)"),
+    (["promote.top=3"], "error: promote.top='3' is not allowed: not a convtune key (did you mean promote.top_k?)"),
+])
+def test_an_unknown_key_without_plus_is_one_line_with_the_closest_key(capsys, argv, line):
+    """issue 45: Hydra answered `num_warp=4` with "To append to your config use +num_warp=4", the wrong fix; the entry
+    points now check the command line's keys before Hydra composes, as they check `+key=value`."""
+    from convtune.setup import exit_on_unknown_keys
+
+    with pytest.raises(SystemExit) as e:
+        exit_on_unknown_keys(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == line + "; see the configuration keys in docs/CONFIGURATION.md"
+    exit_on_unknown_keys(["num_warps=4", "problem=tiny", "hydra.run.dir=x", "+experiment=seed_configs", "-m",
+                          "hydra/launcher=gpus", "hydra/sweeper=search", "hydra.launcher.gpus=[0,1]"])

@@ -353,7 +353,7 @@ def unknown_override_keys(overrides: Iterable[str]) -> list[str]:
     bad = []
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra.") or key == "hydra" or key in groups:
+        if key.startswith("hydra.") or key == "hydra" or key in groups or "/" in key:  # a/b: a config group's path
             continue
         schema: Any = ConvtuneConfig
         for part in key.split("."):
@@ -371,14 +371,39 @@ def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
 
     from convtune.config import ConvtuneConfig
 
+    import dataclasses
+
     bad = unknown_keys(cfg) or unknown_override_keys(overrides)
     if bad:
-        known = sorted(k for k in typing.get_type_hints(ConvtuneConfig))
-        close = difflib.get_close_matches(bad[0].split(".")[-1], known, n=1)
+        schema: Any = ConvtuneConfig  # the deepest section of the key that exists: its fields are the choice
+        prefix = ""
+        for part in bad[0].split(".")[:-1]:
+            hints = typing.get_type_hints(schema)
+            if part not in hints or not dataclasses.is_dataclass(hints[part]):
+                break
+            schema, prefix = hints[part], f"{prefix}{part}."
+        known = sorted(prefix + k for k in typing.get_type_hints(schema))
+        close = difflib.get_close_matches(bad[0], known, n=1)
         value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == bad[0]), None)
         raise ConfigError(bad[0], OmegaConf.select(cfg, bad[0], default=value),
                           (f"not a convtune key (did you mean {close[0]}?)" if close else "not a convtune key")
                           + "; see the configuration keys in docs/CONFIGURATION.md")
+
+
+def exit_on_unknown_keys(argv: Iterable[str]) -> None:
+    """For the entry points, before Hydra composes: a `key=value` whose key the schema does not have is one line with
+    the closest key and exit 2, as `+key=value` is (issue 45). Without this Hydra answered `num_warp=4` with its own
+    advice, "To append to your config use +num_warp=4", which is the wrong fix."""
+    import sys
+
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    if not unknown_override_keys(overrides):
+        return
+    try:
+        check_known_keys(OmegaConf.create({}), overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def check_device(cfg: DictConfig, device: str) -> None:
