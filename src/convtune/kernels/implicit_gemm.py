@@ -304,10 +304,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     # Stride-1/2 layers: BM=64 beat BM=128 by 20-30 % at BN=128 (alexnet_conv3 0.758 vs 0.983 ms);
     # with BN=64, BM=128 won (resnet50_stem 0.305 vs 0.323 ms).
     return Meta(BLOCK_M=128 if block_n == 64 else 64, BLOCK_N=block_n, BLOCK_K=32, num_warps=4, num_stages=3)
-# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
-# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
-# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
-# host code's text too; resume and promote still find them.
+# identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_igemm_kernel, round_tf32])
 PREVIOUS_SOURCE_HASHES = ("d1dc565d8466",)

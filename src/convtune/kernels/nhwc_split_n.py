@@ -299,10 +299,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     return default_meta_preround(out_channels, stride_w, width, precision)
 
 
-# The kernel's identity (kernels/identity.py): the jit code it compiles (comments and docstrings aside), the
-# compile options and VERSION, bumped on a deliberate change of the host's numerics (a host rounding, a plan).
-# PREVIOUS_SOURCE_HASHES: what runs recorded for this same kernel before issue 43, when the hash covered the
-# host code's text too; resume and promote still find them.
+# identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_split_n_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
                                    round_tf32_even_bits, round_tf32_even_ptx])
