@@ -3,7 +3,6 @@
 import importlib.util
 import subprocess
 import sys
-import textwrap
 
 import pytest
 

@@ -77,7 +77,7 @@ K1 = key(1)
      r"'n2-c3/tf32' is not a problem key"),
     (f"pins:\n  NVIDIA G:\n    implicit_gemm:\n      {K1.replace('tf32', 'tf23')}: {{meta: {META_TEXT}}}\n",
      r"unknown precision 'tf23' \(did you mean 'tf32'\?\)"),
-    (f"pinz:\n  NVIDIA G: {{}}\n", r"unknown top-level key 'pinz' \(did you mean 'pins'\?\)"),
+    ("pinz:\n  NVIDIA G: {}\n", r"unknown top-level key 'pinz' \(did you mean 'pins'\?\)"),
     # a bool is not an int: `num_stages: true` was taken as 1, logged as True, and broke every later promote
     (f"pins:\n  NVIDIA G:\n    implicit_gemm:\n      {K1}: {{meta: {{BLOCK_M: 32, BLOCK_N: 32, BLOCK_K: 32, "
      "num_warps: 4, num_stages: true}}\n", r"meta num_stages=True is not an integer"),
