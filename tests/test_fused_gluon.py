@@ -87,7 +87,7 @@ def test_precisions_other_than_tf32_are_refused(precision):
     (Meta(64, 64, 16, 4, 3), "BLOCK_N", "128 for fused_gluon (the output channels as two MMAs"),
     (Meta(64, 128, 32, 4, 3), "BLOCK_K", "16 for fused_gluon (a K step is one channel's 4 × 4 window)"),
     (Meta(64, 128, 16, 8, 3), "num_warps", "4 for fused_gluon (a warpgroup; num_stages sets"),
-    (Meta(64, 128, 16, 4, 3), "num_stages", ("one of [1, 2] for fused_gluon (its MMA warpgroups: the windows in "
+    (Meta(64, 128, 16, 4, 3), "num_stages", ("one of [1, 2] for fused_gluon (warpgroups: its MMA warpgroups, the windows in "
                                              "flight an SM; three spill)")),
 ])
 def test_a_configuration_it_cannot_run_is_a_config_error_naming_the_key(meta, key, allowed):

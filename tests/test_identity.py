@@ -41,9 +41,9 @@ def _edited_copy(tmp_path, monkeypatch, edit):
 
 def test_host_code_and_comments_leave_the_identity_alone_and_jit_code_and_version_do_not(tmp_path, monkeypatch):
     host = _edited_copy(tmp_path, monkeypatch, lambda t: t.replace(
-        '    x = x.contiguous()\n    g, out = prepare(',
-        '    x = x.contiguous()  # a comment\n    unused = 1  # host plumbing\n    g, out = prepare(').replace(
-        '"""Check, allocate (unless `out` is given), launch once', '"""Checks, allocates (unless `out` is given), launches once'))
+        '    if vec is None:\n        vec = choose_vec(',
+        '    unused = 1  # host plumbing\n    if vec is None:  # a comment\n        vec = choose_vec(').replace(
+        '"""The plan, with the input', '"""The launch plan, with the input'))
     assert "unused = 1" in (tmp_path / "edited_igemm.py").read_text()
     assert host.SOURCE_HASH == implicit_gemm.SOURCE_HASH
     jit = _edited_copy(tmp_path, monkeypatch, lambda t: t.replace("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",

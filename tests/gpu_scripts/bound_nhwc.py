@@ -29,11 +29,11 @@ for i in range(CASES):
     v = get_variant(name)
     fmt = random.choice([torch.contiguous_format, torch.channels_last])
     out = torch.empty(n, k, h, w, device="cuda", memory_format=fmt)
-    nhwc_igemm._bound.clear()
+    nhwc_igemm._binaries.clear()
     layout._bound.clear()  # the first call below goes through Triton's dispatch
     call = v.prepared(x, wt, b, 1, kh // 2, 1, v.default_meta(k, 1, w, precision), precision, out=out)
     outs = [call().clone() for _ in range(3)]
-    bound_conv += len(nhwc_igemm._bound)
+    bound_conv += len(nhwc_igemm._binaries)
     bound_copy += len(layout._bound)
     ref = F.conv2d(x.double(), wt.double(), None if b is None else b.double(), 1, kh // 2)
     rel = float((outs[0].double() - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -42,7 +42,7 @@ for i in range(CASES):
         bad.append(f"{label}: the bound launches differ from the first")
     if rel > TOL[precision]:
         bad.append(f"{label}: relative error {rel:.3g}")
-    if not nhwc_igemm._bound:
+    if not nhwc_igemm._binaries:
         bad.append(f"{label}: the conv was not bound")
 for b_ in bad:
     print("FAIL", b_)

@@ -30,13 +30,13 @@ def check(label, x, wt, b, pad, nwg, fmt, judge=False):
     global judged_ok, equal_fold
     ref = F.conv2d(x.double(), wt.double(), None if b is None else b.double(), 4, pad)
     out = torch.empty(ref.shape, device="cuda", memory_format=fmt)
-    fused_gluon._bound.clear()  # the first call below goes through Triton's dispatch
+    fused_gluon._binaries.clear()  # the first call below goes through Triton's dispatch
     call = v.prepared(x, wt, b, 4, pad, 1, Meta(64, 128, 16, 4, nwg), "tf32", out=out)
     outs = [call().clone() for _ in range(3)]
     if not (torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])):
         bad.append(f"{label}: the bound launches differ from the first")
-    if len(fused_gluon._bound) != 1:
-        bad.append(f"{label}: the launch was not bound ({len(fused_gluon._bound)})")
+    if len(fused_gluon._binaries) != 1:
+        bad.append(f"{label}: the launch was not bound ({len(fused_gluon._binaries)})")
     rule = F.conv2d(round_to_tf32(x).double(), round_to_tf32(wt).double(), None if b is None else b.double(), 4, pad)
     off = float((outs[0].double() - rule).abs().max()) if torch.isfinite(outs[0]).all() else float("inf")
     if off > 1e-5:

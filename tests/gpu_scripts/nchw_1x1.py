@@ -28,7 +28,7 @@ def check(label, x, wt, b, meta, fmt, dil=1, judge=False):
     global judged_ok, skipped
     ref_shape = (x.shape[0], wt.shape[0], x.shape[2], x.shape[3])
     out = torch.empty(ref_shape, device="cuda", memory_format=fmt)
-    nchw_1x1._bound.clear()  # the first call below goes through Triton's dispatch
+    nchw_1x1._binaries.clear()  # the first call below goes through Triton's dispatch
     try:
         call = v.prepared(x, wt, b, 1, 0, dil, meta, "tf32", out=out)
         outs = [call().clone() for _ in range(3)]
@@ -39,8 +39,8 @@ def check(label, x, wt, b, meta, fmt, dil=1, judge=False):
         raise
     if not (torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])):
         bad.append(f"{label}: the bound launches differ from the first")
-    if len(nchw_1x1._bound) != 1:
-        bad.append(f"{label}: the launch was not bound ({len(nchw_1x1._bound)})")
+    if len(nchw_1x1._binaries) != 1:
+        bad.append(f"{label}: the launch was not bound ({len(nchw_1x1._binaries)})")
     rule = F.conv2d(round_to_tf32_even(x).double(), round_to_tf32_even(wt).double(),
                     None if b is None else b.double())
     scale = max(1.0, float(rule.abs().max()))

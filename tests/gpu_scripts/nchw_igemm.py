@@ -30,7 +30,7 @@ def check(label, x, wt, b, meta, fmt, pad, dil, judge=False):
     rule = F.conv2d(round_to_tf32_even(x).double(), round_to_tf32_even(wt).double(),
                     None if b is None else b.double(), 1, pad, dil)
     out = torch.empty(rule.shape, device="cuda", memory_format=fmt)
-    nchw_igemm._bound.clear()  # the first call below goes through Triton's dispatch
+    nchw_igemm._binaries.clear()  # the first call below goes through Triton's dispatch
     try:
         call = v.prepared(x, wt, b, 1, pad, dil, meta, "tf32", out=out)
         outs = [call().clone() for _ in range(3)]
@@ -41,8 +41,8 @@ def check(label, x, wt, b, meta, fmt, pad, dil, judge=False):
         raise
     if not (torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])):
         bad.append(f"{label}: the bound launches differ from the first")
-    if len(nchw_igemm._bound) != 1:
-        bad.append(f"{label}: the launch was not bound ({len(nchw_igemm._bound)})")
+    if len(nchw_igemm._binaries) != 1:
+        bad.append(f"{label}: the launch was not bound ({len(nchw_igemm._binaries)})")
     scale = max(1.0, float(rule.abs().max()))
     off = float((outs[0].double() - rule).abs().max()) / scale if torch.isfinite(outs[0]).all() else float("inf")
     tolerance = 1e-5 * max(1.0, wt[0].numel() / 512) ** 0.5

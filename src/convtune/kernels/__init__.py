@@ -14,7 +14,8 @@ from typing import Any
 
 from convtune.errors import ConfigError
 from convtune.kernels import llvm_opt, pins
-from convtune.kernels.base import REGISTRY, KernelVariant, LibraryCall
+from convtune.kernels.base import REGISTRY, KernelVariant
+from convtune.kernels.host import Host
 from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
 
 
@@ -134,6 +135,6 @@ def variant_for(name: str, problem: Any) -> KernelVariant:
     return get_variant(library_variant(problem.layout, problem.in_channels) if name == LIBRARY else name)
 
 
-__all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "LibraryCall", "Meta", "VARIANTS", "configured",
+__all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Host", "Meta", "VARIANTS", "configured",
            "configured_meta", "get_variant", "library_choice", "library_variant", "validate_meta",
            "validate_precision", "variant_for"]

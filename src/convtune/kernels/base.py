@@ -9,21 +9,69 @@ contest, the tests) reads `REGISTRY` instead of a list of its own. Imports torch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from convtune.kernels.common import Launched, Meta
 
+from convtune.kernels import llvm_opt
+
+if TYPE_CHECKING:
+    from convtune.kernels.host import Host
+
 
 @dataclass(frozen=True)
-class LibraryCall:
-    """How the library (convtune.conv2d) runs a variant once a pin names it: `plan(x, geometry, has_bias, meta,
-    precision, out_channels_last)` makes the launch plan on the call's first signature (raising UnsupportedProblem
-    for a call it refuses); later calls give `kernel_input(x, plan)` (the input as the kernel reads it: a copy into
-    its layout, rounded, or as it is) and an output to `run(plan, x, weight, bias, out)`."""
+class Knob:
+    """One launch parameter a variant restricts: the Meta field that carries it (`key`: how runs, pins and Hydra
+    spell it), the values it takes, its own name where the variant's design means something else by it (fused_gluon's
+    MMA warpgroups ride in num_stages), and why those values."""
 
-    plan: Callable[..., Any]
-    kernel_input: Callable[[Any, Any], Any]
-    run: Callable[..., Any]
+    key: str
+    values: tuple[int, ...]
+    why: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Space:
+    """A variant's configuration space: the knobs it restricts (the rest take what kernels.common.validate_meta
+    allows). Its validation, its names in messages, and micro-tuning's neighbours all come from here."""
+
+    variant: str
+    knobs: tuple[Knob, ...]
+
+    def knob(self, key: str) -> Optional[Knob]:
+        return next((k for k in self.knobs if k.key == key), None)
+
+    def refusal(self, meta: Meta) -> Optional[tuple[str, Any, str]]:
+        """(key, value, what it takes) for the first knob `meta` is outside of, or None."""
+        for k in self.knobs:
+            value = getattr(meta, k.key)
+            if value not in k.values:
+                what = f"{k.values[0]}" if len(k.values) == 1 else f"one of {list(k.values)}"
+                own = f"{k.name}: " if k.name and k.name != k.key else ""
+                return k.key, value, f"{what} for {self.variant} ({own}{k.why})"
+        return None
+
+    def check(self, meta: Meta) -> None:
+        """ConfigError naming the first knob `meta` is outside of, by its own name too."""
+        refused = self.refusal(meta)
+        if refused is not None:
+            from convtune.errors import ConfigError
+
+            raise ConfigError(*refused)
+
+    def allows(self, meta: Meta) -> bool:
+        return self.refusal(meta) is None
+
+    def neighbours(self, key: str, value: int, default: tuple[int, ...]) -> tuple[int, ...]:
+        """The values next to `value` along `key`: in the knob's values where the variant restricts it, else in
+        `default` (the caller's range)."""
+        knob = self.knob(key)
+        values = knob.values if knob is not None else default
+        if value not in values:
+            return tuple(v for v in (value - 1, value + 1) if v in values)
+        i = values.index(value)
+        return tuple(values[j] for j in (i - 1, i + 1) if 0 <= j < len(values))
 
 
 @dataclass(frozen=True)
@@ -48,8 +96,8 @@ class KernelVariant:
     # what runs of this same kernel recorded as its source hash before its identity became its jit code (issue 43):
     # resume and promote take those runs as this kernel's
     previous_hashes: tuple[str, ...] = ()
-    # how the library runs it (None: a pin may not name it; only its own runs measure it)
-    library: Optional[LibraryCall] = None
+    # how the library runs it (kernels/host.py; None: a pin may not name it, only its own runs measure it)
+    library: Optional[Host] = None
     # reads an input in any memory layout (the layout copy, where it needs one, inside its call), and takes dilation
     # other than 1: what verify draws for it
     any_layout: bool = True
@@ -64,6 +112,8 @@ class KernelVariant:
     export: Optional[Callable[[Any, dict, str, str], str]] = None
     # why it cannot run a problem at a configuration, in one line, or None: (problem, meta, precision) → reason
     refuses: Optional[Callable[[Any, Meta, str], Optional[str]]] = None
+    # the launch parameters it restricts, with their own names (None: what kernels.common.validate_meta allows)
+    space: Optional[Space] = None
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions
@@ -71,12 +121,6 @@ class KernelVariant:
     def runs_on(self, capability: Optional[tuple[int, int]]) -> bool:
         """Whether it runs on a device of that compute capability (None: the Triton interpreter)."""
         return self.compute_capability is None or self.compute_capability == capability
-
-
-def without_input(make_plan: Callable[..., Any]) -> Callable[..., Any]:
-    """A LibraryCall.plan for a kernel whose plan needs no look at the input: make_plan(geometry, has_bias, meta,
-    precision, out_channels_last)."""
-    return lambda x, g, has_bias, meta, precision, out_cl: make_plan(g, has_bias, meta, precision, out_cl)
 
 
 def plan_refuses(make_plan: Callable[..., Any]) -> Callable[[Any, Meta, str], Optional[str]]:
@@ -106,4 +150,5 @@ def register(variant: KernelVariant) -> KernelVariant:
     if variant.name in REGISTRY and REGISTRY[variant.name] is not variant:
         raise ValueError(f"kernel variant {variant.name!r} is registered twice")
     REGISTRY[variant.name] = variant
+    llvm_opt.declare(variant.entry_points)
     return variant

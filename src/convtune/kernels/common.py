@@ -225,8 +225,8 @@ def bound_runner(compiled: Any, grid: tuple[int, ...], fn: Any, first: int,
     runner = compiled[tuple(grid) + (1,) * (3 - len(grid))]
     tail = tuple(values[n] for n in fn.arg_names[first:])
 
-    def launch(*args: Any) -> None:
-        runner(*args, *tail)
+    def launch(*args: Any, **options: Any) -> None:  # options: the runner's own (stream=)
+        runner(*args, *tail, **options)
     return launch
 
 

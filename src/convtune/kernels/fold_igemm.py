@@ -30,7 +30,7 @@ Gluon kernel in the library, `fused_gluon` (L1 #50's family on Hopper), now pinn
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -39,10 +39,10 @@ import triton.language as tl
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rounding_source, source_of
-from convtune.kernels.base import KernelVariant, LibraryCall, plan_refuses, register, without_input
+from convtune.kernels.base import KernelVariant, plan_refuses, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, without_input
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
-                                     geometry, writes_channels_last)
+from convtune.kernels.common import ConvGeometry, Meta, WeightCache, bound_runner
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
@@ -266,6 +266,11 @@ def folded_rows(positions: int) -> int:
     return -(-positions // 16) * 16
 
 
+# the fold's launches, bound as the conv's are (common.bound_runner); the fold is Triton's to compile (not an entry
+# point llvm_opt checks: a copy, checked by every result it feeds)
+_fold_bound: dict[tuple, Any] = {}
+
+
 def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     """The plan's folded input [N, HF, WF, CF], contiguous, from `x` NCHW or channels_last (any other layout is
     made NCHW first), in one pass that rounds for tf32, at the start of a buffer of (rows + KWF - 1)·CF floats
@@ -280,7 +285,7 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     else:
         kernel, grid, warps = _fold_kernel, (triton.cdiv(hf * wf * cf, FOLD_BLOCK), n), 4
     key = ("fold", grid, tuple(sorted(cx.items())), in_cl, x.get_device(), x.data_ptr() & 15)
-    bound = _bound.get(key)
+    bound = _fold_bound.get(key)
     if bound is not None:
         bound(x, y)
         return y
@@ -288,7 +293,7 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     if x.is_cuda:
         bound = bound_runner(compiled, grid, kernel, 2, {"IN_CL": in_cl, **cx})
         if bound is not None:
-            _bound[key] = bound
+            _fold_bound[key] = bound
     return y
 
 
@@ -338,6 +343,9 @@ def _launch(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor, b: torch.Tenso
     return _conv2d_fold_kernel[plan.grid](*_descriptors(plan, xf, wp), b, out, **plan.constexprs, LLVM_OPT=level)
 
 
+_binaries = BoundLaunches("fold_igemm", lambda: _conv2d_fold_kernel, 5)
+
+
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         out: torch.Tensor) -> tuple[Any, str]:
     """Fold `x` (any layout; the caller has checked it) and launch the plan, writing `out` (in the plan's layout).
@@ -347,24 +355,11 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     b = bias if bias is not None else wp
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _launch(plan, xf, wp, b, out, "none"), "none"
-    key = (plan.binary_key, x.get_device(), b.data_ptr() & 15, out.data_ptr() & 15)
-    bound = _bound.get((key, plan.grid))
-    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
-        launch_bound, compiled, level = bound
-        launch_bound(*_descriptors(plan, xf, wp), b, out)
-        return compiled, level
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, weight, bias, out),
-                            lambda: f"fold_igemm {plan.constexprs}")
-    with llvm_opt.compiling_at(level):
-        compiled = _launch(plan, xf, wp, b, out, level)
-    launch_bound = bound_runner(compiled, plan.grid, _conv2d_fold_kernel, 5, {**plan.constexprs, "LLVM_OPT": level})
-    if launch_bound is not None:
-        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
-    return compiled, level
-
-
-# binary or fold keys → bound launches (common.bound_runner): later calls go past Triton's per-call dispatch
-_bound: dict[tuple, Any] = {}
+    # the folded input and packed weight are fresh tensors, always aligned: the bias's and output's alignment pick
+    return _binaries.run(alignment_key(plan.binary_key, x.device, b, out), plan.grid,
+                         (*_descriptors(plan, xf, wp), b, out), plan.constexprs,
+                         lambda lvl: _right_at(lvl, plan, weight, bias, out),
+                         lambda lvl: _launch(plan, xf, wp, b, out, lvl))
 
 
 def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -389,41 +384,8 @@ def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional
     return agrees(outs, xs, ws, bs, plan.stride, (fx["PH"], fx["PW"]), (1, 1), cx["PRECISION"])
 
 
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
-                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    if out is None:
-        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32)
-    else:
-        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
-    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out)), out
-
-
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1) -> Launched:
-    """Check, allocate (unless `out` is given: NCHW or channels_last), fold and launch once. The input may be in
-    any layout: the fold reads NCHW and channels_last as they are and any other layout from an NCHW copy, inside this
-    call (and so inside any timing of it)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-    compiled, level = run(plan, x, weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and
-    the plan here, once; the returned call folds and launches, writing `out` (allocated here if None)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-
-    def call() -> torch.Tensor:
-        run(plan, x, weight, bias, out)
-        return out
-    return call
+HOST = Host(without_input(make_plan), lambda x, plan: x, run)  # the fold reads any layout (fold)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -520,5 +482,5 @@ def conv2d_triton(x, weight, bias, packed=None):
 
 
 register(KernelVariant("fold_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), library=LibraryCall(without_input(make_plan), lambda x, plan: x, run),
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), library=HOST,
                         dilation_one=True, entry_points=("_conv2d_fold_kernel",)))

@@ -38,7 +38,6 @@ from __future__ import annotations
 import random
 import ctypes
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from pathlib import Path
@@ -46,26 +45,17 @@ from typing import Any, Optional
 
 import torch
 
-from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.export_format import IMPORTS, model_new, rounding_source, source_of
-from convtune.kernels.base import KernelVariant, LibraryCall, plan_refuses, register
+from convtune.kernels.base import KernelVariant, Knob, Space, plan_refuses, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.common import out_size
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (
-    ConvGeometry,
-    Launched,
-    Meta,
-    WeightCache,
-    bound_runner,
-    check_conv_inputs,
-    check_out,
-    geometry,
-    writes_channels_last,
-)
+from convtune.kernels.common import ConvGeometry, Meta, WeightCache
 from convtune.kernels.fold_igemm import fold_weight, folded_channels
 from convtune.kernels.precision import round_to_tf32
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees
 
 RESTRICTED_TO = ("a Hopper GPU; precision tf32, 3 input channels, stride 4x4, dilation 1, a kernel up to 12x12, up to "
                  "64 output columns and 96 output channels")
@@ -90,11 +80,14 @@ REGISTERS = {1: 255, 2: 240}
 # 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, commit 2e8d5d8)
 CARVEOUT = 75
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
-FIXED = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4}
-FIXED_WHY = {"BLOCK_M": "a tile is one output row, the M of one warpgroup's MMA",
-             "BLOCK_N": "the output channels as two MMAs of 64 and 32 columns",
-             "BLOCK_K": "a K step is one channel's 4 × 4 window",
-             "num_warps": "a warpgroup; num_stages sets how many MMA warpgroups run, 1 or 2"}
+# Its design fixes every launch parameter but one: the MMA warpgroups, which ride in num_stages (REGISTERS)
+SPACE = Space("fused_gluon", (
+    Knob("BLOCK_M", (64,), "a tile is one output row, the M of one warpgroup's MMA"),
+    Knob("BLOCK_N", (128,), "the output channels as two MMAs of 64 and 32 columns"),
+    Knob("BLOCK_K", (16,), "a K step is one channel's 4 × 4 window"),
+    Knob("num_warps", (4,), "a warpgroup; num_stages sets how many MMA warpgroups run, 1 or 2"),
+    Knob("num_stages", tuple(sorted(REGISTERS)), "its MMA warpgroups, the windows in flight an SM; three spill",
+         name="warpgroups")))
 
 
 @dataclass(frozen=True)
@@ -110,14 +103,9 @@ class LaunchPlan:
 
 
 def check_meta(meta: Meta) -> None:
-    """ConfigError naming the first meta-parameter this kernel cannot take (module docstring: the design fixes all
-    but num_stages)."""
-    for key, value in FIXED.items():
-        if getattr(meta, key) != value:
-            raise ConfigError(key, getattr(meta, key), f"{value} for fused_gluon ({FIXED_WHY[key]})")
-    if meta.num_stages not in REGISTERS:
-        raise ConfigError("num_stages", meta.num_stages, f"one of {sorted(REGISTERS)} for fused_gluon (its MMA "
-                          "warpgroups: the windows in flight an SM; three spill)")
+    """ConfigError naming the first meta-parameter this kernel cannot take (SPACE: the design fixes all but its
+    warpgroups)."""
+    SPACE.check(meta)
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
@@ -215,8 +203,7 @@ def _launch(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, b: torch.Te
                                                      maxnreg=cx["REGS"])
 
 
-# binary keys → (bound launch, compiled kernel, LLVM level): later calls go past Triton's dispatch
-_bound: dict[tuple, Any] = {}
+_binaries = BoundLaunches("fused_gluon", lambda: _kernel_module()._conv2d_fused_gluon_kernel, 6)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -226,80 +213,25 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     compiled at (kernels/llvm_opt)."""
     b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
     grid = (min(plan.n_rows, _programs(x.get_device())),)
-    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
-    bound = _bound.get((key, grid))
-    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
-        launch_bound, compiled, level = bound
-        _, w1, w2 = _packed_weight(weight, plan.taps)
-        launch_bound(x, w1, w2, b, out, plan.n_rows)
-        return compiled, level
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                            lambda: f"fused_gluon {plan.constexprs}")
-    with llvm_opt.compiling_at(level):
-        compiled = _launch(plan, x, weight, b, out, level, grid)
-    set_carveout(compiled, CARVEOUT)  # for the launches after this one: the binary is loaded now
-    fn = _kernel_module()._conv2d_fused_gluon_kernel
-    launch_bound = bound_runner(compiled, grid, fn, 6, {**plan.constexprs, "LLVM_OPT": level})
-    if launch_bound is not None:
-        _bound[(key, grid)] = (launch_bound, compiled, level)
-    return compiled, level
+    _, w1, w2 = _packed_weight(weight, plan.taps)
+    # the carveout is asked for once the binary is loaded, for the launches after its first
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), grid, (x, w1, w2, b, out, plan.n_rows),
+                         plan.constexprs, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
+                         lambda lvl: _launch(plan, x, weight, b, out, lvl, grid),
+                         after_compile=lambda compiled: set_carveout(compiled, CARVEOUT))
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
               out: torch.Tensor) -> bool:
-    """Compile the binary at `level` and run it on one random image (the batch is not specialised) against float64
-    (kernels/llvm_opt.py: why), with the real call's 16-byte alignments."""
+    """Compile the binary at `level` and run it on one image (the batch is not specialised) against float64
+    (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
-    gen = torch.Generator(device=x.device).manual_seed(20261122)
-    xs = aligned_random((1, cx["C"], cx["H"], cx["W"]), x, gen)
-    ws = aligned_random(tuple(weight.shape), weight, gen)
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
+    t = one_image(x, weight, bias, out, (cx["C"], cx["H"], cx["W"]), False, plan.out_shape[1:], plan.out_cl, 20261122)
     one = replace(plan, n_rows=cx["OH"], out_shape=(1,) + plan.out_shape[1:])
-    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if plan.out_cl else (1, cx["C_OUT"], cx["OH"], cx["OW"])
-    outs = aligned_nan(shape, out)
     with llvm_opt.compiling_at(level):
-        _launch(one, xs, ws, bs if bs is not None else outs, outs, level, (min(one.n_rows, _programs(x.get_device())),))
-    outs = outs.permute(0, 3, 1, 2) if plan.out_cl else outs
-    return agrees(outs, xs, ws, bs, STRIDE, (cx["PH"], cx["PW"]), (1, 1), "tf32")
-
-
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
-                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    plan = make_plan(g, bias is not None, meta, precision, out is not None and writes_channels_last(out))
-    require_hopper(x.device)
-    if out is None:
-        out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32)
-    else:
-        check_out(x, out, plan.out_shape, channels_last_ok=True)
-    return plan, out
-
-
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1) -> Launched:
-    """Check, allocate (unless `out` is given: NCHW or channels_last) and launch once. An input not NCHW-contiguous is
-    copied so inside this call (and so inside any timing of it)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-    compiled, level = run(plan, x.contiguous(), weight.contiguous(), bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and the
-    plan here, once; the returned call copies a non-NCHW input and launches, writing `out` (allocated if None)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-    w = weight.contiguous()
-
-    def call() -> torch.Tensor:
-        run(plan, x.contiguous(), w, bias, out)
-        return out
-    return call
+        _launch(one, t.x, t.weight, t.bias if t.bias is not None else t.out, t.out, level,
+                (min(one.n_rows, _programs(x.get_device())),))
+    return agrees(t.out, t.x, t.weight, t.bias, STRIDE, (cx["PH"], cx["PW"]), (1, 1), "tf32")
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -316,12 +248,15 @@ def _kernel_source() -> str:
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [], files=[Path(__file__).parent / "fused_gluon_kernel.py"])
 PREVIOUS_SOURCE_HASHES = ("1f1c2b64aa52",)
-def _library_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str,
-                  out_cl: bool) -> LaunchPlan:
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
     plan = make_plan(g, has_bias, meta, precision, out_cl)
     require_hopper(x.device)
     return plan
 
+
+# the kernel reads an NCHW-contiguous input: any other is copied inside the call
+HOST = Host(_plan, lambda x, plan: x.contiguous(), run)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
@@ -422,5 +357,5 @@ def conv2d_gluon(x, weight, bias, packed):
 
 register(KernelVariant("fused_gluon", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
                        COMPUTE_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), draw_case=draw_case,
-                       library=LibraryCall(_library_plan, lambda x, plan: x.contiguous(), run),
+                       library=HOST, space=SPACE,
                        entry_points=("_conv2d_fused_gluon_kernel",)))

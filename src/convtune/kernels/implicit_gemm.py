@@ -25,9 +25,10 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rounding_source, source_of
-from convtune.kernels.base import KernelVariant, LibraryCall, register
+from convtune.kernels.base import KernelVariant, register
+from convtune.kernels.host import Host
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Launched, Meta, WeightCache, prepare, writes_channels_last
+from convtune.kernels.common import ConvGeometry, Meta, WeightCache
 from convtune.kernels import llvm_opt, weight_pack
 from convtune.kernels.selfcheck import agrees, aligned_nan, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
@@ -241,48 +242,19 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], plan.pad_w), (cx["DH"], cx["DW"]), cx["PRECISION"])
 
 
-def launch(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    stride: IntPair,
-    padding: IntPair,
-    dilation: IntPair,
-    meta: Meta,
-    precision: str = "tf32",
-    out: Optional[torch.Tensor] = None,
-    groups: int = 1,
-    vec: Optional[int] = None,
-) -> Launched:
-    """Check, allocate (unless `out` is given), launch once with `meta`. Returns the output and resource use.
-    `x` in any layout other than NCHW (channels_last, strided) is converted first, inside this call (and so
-    inside any timing of it). The output is NCHW unless `out` is given channels_last.
-    `vec` forces the input vector width (1, 2, 4); None picks the widest that alignment and precision allow."""
-    x = x.contiguous()
-    g, out = prepare(x, weight, bias, stride, padding, dilation, out, groups, out_channels_last=True)
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+          vec: Optional[int] = None) -> LaunchPlan:
+    """The plan, with the input's vector width (1, 2, 4): `vec`, or the widest that the alignment of `x` as the
+    kernel reads it (NCHW-contiguous: a fresh, so aligned, copy where it is not) and the precision allow."""
     if vec is None:
-        vec = choose_vec(x, g.w, g.stride[1], g.dilation[1], precision)
-    plan = make_plan(g, bias is not None, vec, meta, precision, writes_channels_last(out))
-    compiled, level = run(plan, x, weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
+        vec = choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
+    return make_plan(g, has_bias, vec, meta, precision, out_cl)
 
 
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: IntPair, padding: IntPair,
-             dilation: IntPair, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional caches one per
-    signature): every check and the plan here, once; the returned call only copies an input that is not
-    NCHW-contiguous (a fresh copy each time, as the library's call makes) and launches, writing `out` (allocated
-    here if None). The contest times this call from an idle GPU, where the host's work per call counts."""
-    first = x.contiguous()
-    g, out = prepare(first, weight, bias, stride, padding, dilation, out, groups, out_channels_last=True)
-    plan = make_plan(g, bias is not None, choose_vec(first, g.w, g.stride[1], g.dilation[1], precision), meta,
-                     precision, writes_channels_last(out))
-
-    def call() -> torch.Tensor:
-        run(plan, x.contiguous(), weight, bias, out)
-        return out
-    return call
+# implicit_gemm reads NCHW: an input that is not is copied inside the call; its weight unpacked where the row needs no
+# padding (pack_weight), so that must be contiguous. The library binds its launches itself (bind).
+HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -350,7 +322,5 @@ def conv2d_triton(x, weight, bias, packed=None):
 register(KernelVariant(
     "implicit_gemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench,
     # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as the library's call makes it
-    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
-        g, has_bias, choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision),
-        meta, precision, out_cl), lambda x, plan: x.contiguous(), run),
+    library=HOST,
     entry_points=("_conv2d_igemm_kernel",)))

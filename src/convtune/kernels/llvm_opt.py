@@ -35,12 +35,20 @@ from typing import Any, Callable, Hashable, Iterator
 LEVELS = ("O0", "O1", "O2", "O3")
 
 
-def _our_entry_points() -> frozenset[str]:
-    """The jit entry points the registered variants declare (kernels.base): the binaries this module compiles at its
-    level; anything else (Triton's own kernels, the layout copy) is compiled as Triton would."""
-    from convtune.kernels.base import REGISTRY
+# the jit entry points the registered variants declare (KernelVariant.entry_points; kernels.base.register adds them):
+# the binaries this module compiles at its level; anything else (Triton's own kernels, the layout copy) is compiled
+# as Triton would
+_ENTRY_POINTS: set[str] = set()
 
-    return frozenset(e for v in REGISTRY.values() for e in v.entry_points)
+
+def declare(entry_points: tuple[str, ...]) -> None:
+    _ENTRY_POINTS.update(entry_points)
+
+
+def _our_entry_points() -> frozenset[str]:
+    return frozenset(_ENTRY_POINTS)
+
+
 MODES = ("auto",) + LEVELS
 ENV = "CONVTUNE_LLVM_OPT"
 TRITON_LEVEL = "O3"

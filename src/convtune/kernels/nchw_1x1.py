@@ -26,7 +26,6 @@ dilation: a 1×1 kernel has none to dilate), up to 65535 images (the grid's seco
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -36,22 +35,13 @@ import triton.language as tl
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
-from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
+from convtune.kernels.base import KernelVariant, Knob, Space, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
 from convtune.kernels.common import log_uniform_int
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (
-    ConvGeometry,
-    Launched,
-    Meta,
-    WeightCache,
-    bound_runner,
-    check_conv_inputs,
-    check_out,
-    geometry,
-    writes_channels_last,
-)
+from convtune.kernels.common import ConvGeometry, Meta, WeightCache
 from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees
 
 RESTRICTED_TO = "precision tf32, a 1x1 kernel, stride 1, padding 0, up to 65535 images"
 TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py): the 1×1 3.1e-6 from it so, 1.9e-4 away
@@ -59,10 +49,11 @@ PRECISIONS = ("tf32",)  # what make_plan takes
 MAX_IMAGES = 65535  # the grid's second axis
 # The meta-parameters a launch may take. BLOCK_N 128 was wrong on the H200 (module docstring); a tile of positions is
 # one or more 64-row MMAs of a warpgroup
-ALLOWED = {"BLOCK_M": (64, 128, 256), "BLOCK_N": (16, 32, 64), "BLOCK_K": (16, 32, 64), "num_warps": (4, 8)}
-ALLOWED_WHY = {"BLOCK_M": "positions a tile: whole 64-row MMAs",
-               "BLOCK_N": "output channels a tile: 128 gave wrong outputs on the H200",
-               "BLOCK_K": "input channels a K step", "num_warps": "one or two warpgroups"}
+SPACE = Space("nchw_1x1", (
+    Knob("BLOCK_M", (64, 128, 256), "positions a tile: whole 64-row MMAs"),
+    Knob("BLOCK_N", (16, 32, 64), "output channels a tile: 128 gave wrong outputs on the H200"),
+    Knob("BLOCK_K", (16, 32, 64), "input channels a K step"),
+    Knob("num_warps", (4, 8), "one or two warpgroups")))
 
 
 @triton.jit
@@ -117,10 +108,8 @@ class LaunchPlan:
 
 
 def check_meta(meta: Meta) -> None:
-    """ConfigError naming the first meta-parameter this kernel does not take (ALLOWED)."""
-    for key, allowed in ALLOWED.items():
-        if getattr(meta, key) not in allowed:
-            raise ConfigError(key, getattr(meta, key), f"one of {list(allowed)} for nchw_1x1 ({ALLOWED_WHY[key]})")
+    """ConfigError naming the first meta-parameter this kernel does not take (SPACE)."""
+    SPACE.check(meta)
     if meta.num_stages < 1:
         raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
 
@@ -215,9 +204,7 @@ def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, 
     return _conv2d_1x1_kernel[grid](_x_arg(cx, x), wp, b, out, **cx, LLVM_OPT=level)
 
 
-# (binary key, device, alignments; grid) → (bound launch, compiled kernel, LLVM level): later calls of a binary go past
-# Triton's per-call dispatch (common.bound_runner)
-_bound: dict[tuple, tuple] = {}
+_binaries = BoundLaunches("nchw_1x1", lambda: _conv2d_1x1_kernel, 4)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -229,74 +216,26 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
-    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
-    bound = _bound.get((key, plan.grid))
-    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
-        launch_bound, compiled, level = bound
-        launch_bound(_x_arg(cx, x), wp, b, out)
-        return compiled, level
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out), lambda: f"nchw_1x1 {cx}")
-    with llvm_opt.compiling_at(level):
-        compiled = _launch(cx, plan.grid, x, wp, b, out, level)
-    launch_bound = bound_runner(compiled, plan.grid, _conv2d_1x1_kernel, 4, {**cx, "LLVM_OPT": level})
-    if launch_bound is not None:
-        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
-    return compiled, level
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid, (_x_arg(cx, x), wp, b, out),
+                         cx, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
+                         lambda lvl: _launch(cx, plan.grid, x, wp, b, out, lvl))
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
               out: torch.Tensor) -> bool:
-    """Compile the binary at `level` and run it on one random image (the batch is the grid's, not the binary's)
-    against float64 (kernels/llvm_opt.py: why), with the real call's 16-byte alignments."""
+    """Compile the binary at `level` and run it on one image (the batch is the grid's, not the binary's) against
+    float64 (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
-    h, w = plan.out_shape[2:]
-    gen = torch.Generator(device=x.device).manual_seed(20261123)
-    xs = aligned_random((1, cx["C"], h, w), x, gen)
-    ws = aligned_random(tuple(weight.shape), weight, gen)
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    shape = (1, h, w, cx["C_OUT"]) if plan.out_cl else (1, cx["C_OUT"], h, w)
-    outs = aligned_nan(shape, out)
+    c_out, h, w = plan.out_shape[1:]
+    t = one_image(x, weight, bias, out, (cx["C"], h, w), False, (c_out, h, w), plan.out_cl, 20261123)
     with llvm_opt.compiling_at(level):
-        _launch(cx, (plan.grid[0], 1), xs, pack_weight(ws), bs if bs is not None else outs, outs, level)
-    outs = outs.permute(0, 3, 1, 2) if plan.out_cl else outs
-    return agrees(outs, xs, ws, bs, (1, 1), (0, 0), (1, 1), "tf32")
+        _launch(cx, (plan.grid[0], 1), t.x, pack_weight(t.weight), t.bias if t.bias is not None else t.out, t.out,
+                level)
+    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (0, 0), (1, 1), "tf32")
 
 
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
-                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated NCHW unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    plan = make_plan(g, bias is not None, meta, precision, out is not None and writes_channels_last(out))
-    if out is None:
-        out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32)
-    else:
-        check_out(x, out, plan.out_shape, channels_last_ok=True)
-    return plan, out
-
-
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1) -> Launched:
-    """Check, allocate (unless `out` is given: NCHW or channels_last) and launch once. An input the kernel cannot read
-    as it is (readable_input) is copied inside this call (and so inside any timing of it)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-    compiled, level = run(plan, readable_input(x, plan), weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and the
-    plan here, once; the returned call copies an input the kernel cannot read as it is, and launches."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-
-    def call() -> torch.Tensor:
-        run(plan, readable_input(x, plan), weight, bias, out)
-        return out
-    return call
+HOST = Host(without_input(make_plan), readable_input, run)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -334,5 +273,5 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
 
 
 register(KernelVariant("nchw_1x1", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case, library=LibraryCall(without_input(make_plan), readable_input, run),
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case, library=HOST, space=SPACE,
                         entry_points=("_conv2d_1x1_kernel",)))

@@ -17,22 +17,22 @@ their weight tile and input rows in L2.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
-from convtune.kernels.base import KernelVariant, LibraryCall, register
+from convtune.kernels.base import KernelVariant, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (ConvGeometry, Launched, Meta, WeightCache, bound_runner, check_conv_inputs, check_out,
-                                     geometry, safe_stages, writes_channels_last)
+from convtune.kernels.common import ConvGeometry, Meta, WeightCache, safe_stages
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
                                         round_to_tf32_even, rounds_operands)
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees
 
 GROUP_M = 8
 # How `tf32` breaks rounding ties: to even, as cuDNN does on the stride-1 layers this kernel serves (kernels/precision.py;
@@ -168,85 +168,45 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
                       tuple(sorted(cx.items())))
 
 
+_binaries = BoundLaunches("nhwc_igemm", lambda: _conv2d_nhwc_kernel, 5)
+
+
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         out: torch.Tensor) -> tuple[Any, str]:
     """Launch a plan on tensors that match it (the caller has checked them; `x` channels_last-contiguous, `out`
-    in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+    in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt).
+    A binary's later launches go past Triton's per-call dispatch, the host cost that kept torch on NCHW keys our
+    kernel won on GPU time (docs/PERFORMANCE.md, commit 8c733f9)."""
     wp = packed_weight(weight, plan.round_weight)
     b = bias if bias is not None else x
+    cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _launch(plan.constexprs, x, wp, b, out, plan.m, "none"), "none"
-    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
-    bound = _bound.get((key, plan.grid))
-    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
-        launch_bound, compiled, level = bound
-        launch_bound(x, _weight_arg(plan.constexprs, wp), b, out, plan.m)
-        return compiled, level
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                            lambda: f"nhwc_igemm {plan.constexprs}")
-    with llvm_opt.compiling_at(level):
-        compiled = _launch(plan.constexprs, x, wp, b, out, plan.m, level)
-    launch_bound = bound_runner(compiled, plan.grid, _conv2d_nhwc_kernel, 5, {**plan.constexprs, "LLVM_OPT": level})
-    if launch_bound is not None:
-        _bound[(key, plan.grid)] = (launch_bound, compiled, level)
-    return compiled, level
+        return _launch(cx, x, wp, b, out, plan.m, "none"), "none"
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid,
+                         (x, _weight_arg(cx, wp), b, out, plan.m), cx,
+                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
+                         lambda lvl: _launch(cx, x, wp, b, out, plan.m, lvl))
 
 
-# (binary key, device, alignments; grid) → (bound launch, compiled kernel, LLVM level): run's later calls of a
-# binary go past Triton's per-call dispatch (common.bound_runner), the host cost that kept torch on NCHW keys our
-# kernel won on GPU time (docs/PERFORMANCE.md, commit 8c733f9)
-_bound: dict[tuple, tuple] = {}
+def _plan(input_rounded: bool) -> Any:
+    return lambda x, g, has_bias, meta, precision, out_cl, weight_tma=True: make_plan(
+        g, has_bias, meta, precision, out_cl, weight_tma, input_rounded)
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1, weight_tma: bool = True, round_input_first: bool = False) -> Launched:
-    """Check, allocate (unless `out` is given), launch once. `x` channels_last is read as it is; any other
-    layout is converted first, inside this call (and so inside any timing of it). The output is channels_last
-    unless `out` is given contiguous (NCHW). `weight_tma`: see make_plan. `round_input_first` (the
-    `nhwc_preround` variant): for `tf32`, the input is rounded to nearest TF32 before the kernel, in the copy to
-    channels_last or by a pass of its own, inside this call, and the kernel does not round its tiles."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
-                              round_input_first)
-    compiled, level = run(plan, round_input(x, plan), weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-            dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-            groups: int = 1, round_input_first: bool = False) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional caches one per
-    signature): every check and the plan here, once; the returned call only copies the input into the layout the
-    kernel reads (rounding it for nhwc_preround) and launches, writing `out` (allocated here if None). The contest
-    times this call from an idle GPU, where the host's work per call counts (tune/contest.py)."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, True,
-                              round_input_first)
-
-    def call() -> torch.Tensor:
-        run(plan, round_input(x, plan), weight, bias, out)
-        return out
-    return call
-
-
-def prepared_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                     dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-                     groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`prepared` for the nhwc_preround variant (launch_preround)."""
-    return prepared(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, round_input_first=True)
-
-
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
-                  weight_tma: bool, round_input_first: bool) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated channels_last unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    if out is None:
-        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
-                          memory_format=torch.channels_last)
-    else:
-        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
-    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out), weight_tma, round_input_first), out
+# `weight_tma` (make_plan) is a launch option: launch(..., weight_tma=False)
+HOST = Host(_plan(False), round_input, run, channels_last=True)
+launch, prepared = HOST.launch, HOST.prepared
+# The `nhwc_preround` variant: the input rounded to nearest TF32 before the kernel (for `tf32`; any other precision
+# runs as nhwc_igemm does). Why a variant of its own: rounding the A tiles in the kernel sends them from shared memory
+# through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which of the two pipelines is
+# faster depends on the tile. On the H200, each way at its best of 14 configurations (benchmarks/probe_prerounded.py
+# at ba42e38 --grid, docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), the kernel on a rounded input was
+# 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding costs a pass
+# over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in the copy an NCHW
+# input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2 and
+# resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key.
+PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True)
+launch_preround, prepared_preround = PREROUND_HOST.launch, PREROUND_HOST.prepared
 
 
 def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
@@ -265,23 +225,17 @@ def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: t
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
               out: torch.Tensor) -> bool:
-    """Compile the binary at `level` and run it on one random image (M is not specialised: the binary is the
-    same for any batch) against float64 (kernels/llvm_opt.py: why). The inputs keep the real ones' layouts and
-    16-byte alignment."""
+    """Compile the binary at `level` and run it on one image (M is not specialised: the binary is the same for any
+    batch) against float64 (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
-    gen = torch.Generator(device=x.device).manual_seed(20261122)
-    xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
+    t = one_image(x, weight, bias, out, (cx["C"], cx["H"], cx["W"]), True, plan.out_shape[1:], cx["OUT_CL"], 20261122)
     if plan.input_rounded:  # as the real input is: the kernel does not round it
-        xs.copy_(round_to_tf32_even(xs))
-    ws = aligned_random(tuple(weight.shape), weight, gen)
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
-    outs = aligned_nan(shape, out)
-    outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+        t.x.copy_(round_to_tf32_even(t.x))
     with llvm_opt.compiling_at(level):
-        _launch(cx, xs, pack_weight(ws, plan.round_weight), bs if bs is not None else xs, outs, cx["OH"] * cx["OW"],
-                level)
-    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
+        _launch(cx, t.x, pack_weight(t.weight, plan.round_weight), t.bias if t.bias is not None else t.x, t.out,
+                cx["OH"] * cx["OW"], level)
+    return agrees(t.out, t.x, t.weight, t.bias, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]),
+                  cx["PRECISION"])
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -302,22 +256,6 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
     if out_channels <= 256:
         return Meta(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=4, num_stages=3)
     return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
-
-
-def launch_preround(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                    dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-                    groups: int = 1, weight_tma: bool = True) -> Launched:
-    """The `nhwc_preround` variant: `launch` with the input rounded to nearest TF32 before the kernel (for `tf32`;
-    any other precision runs as `launch` does). Why a variant of its own: rounding the A tiles in the kernel sends
-    them from shared memory through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which
-    of the two pipelines is faster depends on the tile. On the H200, each way at its best of 14 configurations
-    (benchmarks/probe_prerounded.py at ba42e38 --grid, docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), the kernel on a rounded
-    input was 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding
-    costs a pass over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in
-    the copy an NCHW input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2
-    and resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key."""
-    return launch(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, weight_tma,
-                  round_input_first=True)
 
 
 def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -343,12 +281,10 @@ PREVIOUS_SOURCE_HASHES = ("1561370120da",)
 
 register(KernelVariant(
     "nhwc_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
-        g, has_bias, meta, precision, out_cl, input_rounded=False), round_input, run),
+    library=HOST,
     entry_points=("_conv2d_nhwc_kernel",)))
 register(KernelVariant(
     "nhwc_preround", launch_preround, default_meta_preround, SOURCE_HASH, TF32_TIES, prepared_preround,
     previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=LibraryCall(lambda x, g, has_bias, meta, precision, out_cl: make_plan(
-        g, has_bias, meta, precision, out_cl, input_rounded=True), round_input, run),
+    library=PREROUND_HOST,
     entry_points=("_conv2d_nhwc_kernel",)))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -28,17 +28,17 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
-from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
+from convtune.kernels.base import KernelVariant, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (ConvGeometry, Launched, Meta, check_conv_inputs, check_out, geometry, safe_stages,
-                                     writes_channels_last)
+from convtune.kernels.common import ConvGeometry, Meta, safe_stages
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.nhwc_igemm import GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight, \
     packed_weight, tma_fits
 from convtune.kernels.nhwc_streamk import _store_tile, _tile_at, _tile_sum
 from convtune.kernels.precision import (dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
                                         rounds_operands)
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees
 
 __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
 
@@ -180,25 +180,20 @@ def _run_part(part: Part, x: torch.Tensor, wp: torch.Tensor, weight: torch.Tenso
     cx = part.constexprs
     if stream is None:
         return _launch(cx, part.grid, x, wp, b, out, "none"), "none"
-    key = (part.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
-    bound = _bound.get((key, part.grid))
-    if bound is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
-        runner, tail, compiled, level = bound
-        runner(x, _weight_desc(part.binary_key, cx, wp), b, out, _rows(x, cx), *tail, stream=stream.cuda_stream)
-        return compiled, level
+    key = alignment_key(part.binary_key, x.device, x, b, out)
+    binary = _binaries.get((key, part.grid))
+    if binary is not None:  # this binary has run for these alignments: launch it past Triton's dispatch
+        binary.launch(x, _weight_desc(part.binary_key, cx, wp), b, out, _rows(x, cx), stream=stream.cuda_stream)
+        return binary.compiled, binary.level
     with torch.cuda.stream(stream):
-        level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, part, x, weight, bias, out),
-                                lambda: f"nhwc_split_n {cx}")
-        with llvm_opt.compiling_at(level):
-            compiled = _launch(cx, part.grid, x, wp, b, out, level)
-    if hasattr(type(compiled), "__getitem__"):  # a runner of the compiled binary, past Triton's per-call dispatch
-        _bound[(key, part.grid)] = (compiled[tuple(part.grid) + (1, 1)], _constexpr_args(cx, level), compiled, level)
-    return compiled, level
+        binary = _binaries.first_launch(key, (key, part.grid), part.grid, cx,
+                                        lambda lvl: _right_at(lvl, part, x, weight, bias, out),
+                                        lambda lvl: _launch(cx, part.grid, x, wp, b, out, lvl))
+    return binary.compiled, binary.level
 
 
-# (binary key, device, alignments; grid) → (the compiled binary's runner, its constexpr arguments, compiled kernel, LLVM
-# level): later calls go past Triton's per-call dispatch as nhwc_igemm's do (common.bound_runner, which takes no stream)
-_bound: dict[tuple, tuple] = {}
+# a binary's later launches go past Triton's per-call dispatch as nhwc_igemm's do, on the stream each part names
+_binaries = BoundLaunches("nhwc_split_n", lambda: _conv2d_nhwc_split_n_kernel, 5)
 # binary key → (packed weight, its TMA descriptor): made once while the weight is the same tensor, not on each of a
 # call's two launches. One a binary, so that no more packed weights are kept alive than binaries
 _descs: dict[tuple, tuple[torch.Tensor, Any]] = {}
@@ -214,12 +209,6 @@ def _weight_desc(key: tuple, cx: dict, wp: torch.Tensor) -> Any:
     return held[1]
 
 
-def _constexpr_args(cx: dict, level: str) -> tuple:
-    """The kernel's constexpr arguments in its order, after the runtime ones (as common.bound_runner passes them)."""
-    values = {**cx, "LLVM_OPT": level}
-    return tuple(values[n] for n in _conv2d_nhwc_split_n_kernel.arg_names[5:])
-
-
 def _rows(x: torch.Tensor, cx: dict) -> int:
     """The output rows of a launch on `x` (N·OH·OW)."""
     return x.shape[0] * cx["OH"] * cx["OW"]
@@ -232,62 +221,23 @@ def _launch(cx: dict, grid: tuple[int], x: torch.Tensor, wp: torch.Tensor, b: to
 
 def _right_at(level: str, part: Part, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
               out: torch.Tensor) -> bool:
-    """Compile the part's binary at `level` and run it on one random image against float64, over its own channels
-    (kernels/llvm_opt.py: why). The inputs keep the real ones' layouts and 16-byte alignment."""
+    """Compile the part's binary at `level` and run it on one image against float64, over its own channels
+    (kernels/llvm_opt.py: why)."""
     cx = part.constexprs
-    gen = torch.Generator(device=x.device).manual_seed(20261123)
-    xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
+    t = one_image(x, weight, bias, out, (cx["C"], cx["H"], cx["W"]), True, (cx["C_OUT"], cx["OH"], cx["OW"]),
+                  cx["OUT_CL"], 20261123)
     if part.rounds:  # as the real input is: the kernel does not round it
-        xs.copy_(round_to_tf32_even(xs))
-    ws = aligned_random(tuple(weight.shape), weight, gen)
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
-    outs = aligned_nan(shape, out)
-    outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+        t.x.copy_(round_to_tf32_even(t.x))
     grid = (triton.cdiv(cx["OH"] * cx["OW"], cx["BLOCK_M"]) * triton.cdiv(part.n_count, cx["BLOCK_N"]),)
     with llvm_opt.compiling_at(level):
-        _launch(cx, grid, xs, pack_weight(ws, part.rounds), bs if bs is not None else xs, outs, level)
+        _launch(cx, grid, t.x, pack_weight(t.weight, part.rounds), t.bias if t.bias is not None else t.x, t.out, level)
     mine = slice(part.n_from, part.n_from + part.n_count)
-    return agrees(outs[:, mine], xs, ws[mine], None if bs is None else bs[mine], (cx["SH"], cx["SW"]),
+    return agrees(t.out[:, mine], t.x, t.weight[mine], None if t.bias is None else t.bias[mine], (cx["SH"], cx["SW"]),
                   (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), cx["PRECISION"])
 
 
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor],
-                  groups: int) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated channels_last unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    if out is None:
-        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
-                          memory_format=torch.channels_last)
-    else:
-        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
-    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out)), out
-
-
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1) -> Launched:
-    """Check, allocate (unless `out` is given), launch once. Any input that is not channels_last-contiguous, and
-    for tf32 every input, is copied first (kernel_input), inside this call and so inside any timing of it. The output
-    is channels_last unless `out` is given contiguous (NCHW). The resources reported are the first launch's."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-    compiled, level = run(plan, kernel_input(x, plan), weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and
-    the plan once; the returned call copies the input as the kernels read it and launches, writing `out`."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups)
-
-    def call() -> torch.Tensor:
-        run(plan, kernel_input(x, plan), weight, bias, out)
-        return out
-    return call
+HOST = Host(without_input(make_plan), kernel_input, run, channels_last=True)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -307,5 +257,5 @@ PREVIOUS_SOURCE_HASHES = ("e24536d95a6e",)
 
 
 register(KernelVariant("nhwc_split_n", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=LibraryCall(without_input(make_plan), kernel_input, run),
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST,
                         entry_points=("_conv2d_nhwc_split_n_kernel",)))

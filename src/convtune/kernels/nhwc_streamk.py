@@ -39,7 +39,7 @@ from __future__ import annotations
 import ctypes
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -47,16 +47,16 @@ import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
-from convtune.kernels.base import KernelVariant, LibraryCall, register, without_input
+from convtune.kernels.base import KernelVariant, register
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import (ConvGeometry, Launched, Meta, bound_runner, check_conv_inputs, check_out,
-                                     geometry, safe_stages, writes_channels_last)
+from convtune.kernels.common import ConvGeometry, Meta, safe_stages
 from convtune.kernels.nhwc_igemm import (GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight,
                                          packed_weight, tma_fits)
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
                                         rounds_operands)
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.selfcheck import agrees
 
 __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
 
@@ -325,33 +325,32 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     if x.device.type != "cuda":  # the interpreter compiles nothing
         sched = split_schedule(plan.tiles, plan.steps, cx["GRAIN"], plan.slots)
         return _launch(cx, sched, x, wp, b, out, plan.m, "none"), "none"
-    key = (plan.binary_key, x.get_device()) + tuple(t.data_ptr() & 15 for t in (x, b, out))
-    bound = _bound.get((key, plan.m, plan.slots))
-    if bound is not None:  # this binary and schedule have run for these alignments: launch past Triton's dispatch
-        launch_bound, compiled, level, sched = bound
-        ws, cnt = _workspace(x.device, sched, cx)
-        launch_bound(x, _weight_arg(cx, wp), b, out, ws, cnt, plan.m, sched.dp_tiles, sched.sk_tiles, sched.workers)
-        return compiled, level
-    level = llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                            lambda: f"nhwc_streamk {cx}")
-    with llvm_opt.compiling_at(level):
+    key = alignment_key(plan.binary_key, x.device, x, b, out)
+    binary = _binaries.get((key, plan.m, plan.slots))
+    if binary is not None:  # this binary and schedule have run for these alignments: launch past Triton's dispatch
+        binary.launch(*_args(cx, binary.extra, x, wp, b, out, plan.m))
+        return binary.compiled, binary.level
+    chosen: list[Schedule] = []
+
+    def launch_at(level: str) -> Any:
+        """Compile, pick the schedule from the binary's residency (unless the plan names its slots), and launch."""
         compiled = _conv2d_nhwc_streamk_kernel.warmup(*_args(cx, Schedule(1), x, wp, b, out, 1), grid=(1,), **cx,
                                                       LLVM_OPT=level)
         slots = plan.slots
         if slots is None:
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             slots = split_slots(resident_programs(compiled), sms)
-        sched = split_schedule(plan.tiles, plan.steps, cx["GRAIN"], slots)
-        compiled = _launch(cx, sched, x, wp, b, out, plan.m, level)
-    launch_bound = bound_runner(compiled, sched.grid, _conv2d_nhwc_streamk_kernel, 10, {**cx, "LLVM_OPT": level})
-    if launch_bound is not None:
-        _bound[(key, plan.m, plan.slots)] = (launch_bound, compiled, level, sched)
-    return compiled, level
+        chosen.append(split_schedule(plan.tiles, plan.steps, cx["GRAIN"], slots))
+        return _launch(cx, chosen[0], x, wp, b, out, plan.m, level)
+    binary = _binaries.first_launch(key, (key, plan.m, plan.slots), lambda: chosen[0].grid, cx,
+                                    lambda lvl: _right_at(lvl, plan, x, weight, bias, out), launch_at,
+                                    extra=lambda: chosen[0])
+    return binary.compiled, binary.level
 
 
-# (binary key, device, alignments; rows, slots) → (bound launch, compiled kernel, LLVM level, schedule): later calls
-# go past Triton's per-call dispatch (common.bound_runner), as nhwc_igemm's do
-_bound: dict[tuple, tuple] = {}
+# (binary key, device, alignments; rows, slots) → the binary, bound, with its schedule: later calls go past Triton's
+# per-call dispatch (common.bound_runner), as nhwc_igemm's do
+_binaries = BoundLaunches("nhwc_streamk", lambda: _conv2d_nhwc_streamk_kernel, 10)
 # (device, stream) → (partial tiles, arrival counts), grown as needed. The counts start at zero and every launch
 # leaves them zero; one pair a stream, so that launches on two streams never share one
 _workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -383,69 +382,36 @@ def _launch(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: tor
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
               out: torch.Tensor) -> bool:
-    """Compile the binary at `level` and run it twice on one random image against float64 (kernels/llvm_opt.py: why):
+    """Compile the binary at `level` and run it twice on one image against float64 (kernels/llvm_opt.py: why):
     every tile whole, then split as check_schedule says, so that each of the kernel's two paths runs on every tile
     position (an LLVM miscompile is of a path's index logic: on the H200, checked with the split alone, a binary whose
     one tile at batch 1 ran only the split path passed and was wrong on a batch of 4; with the whole-tile pass it is
-    recompiled at O0). The inputs keep the real ones' layouts and 16-byte alignment."""
+    recompiled at O0)."""
     cx = plan.constexprs
     tiles = triton.cdiv(cx["OH"] * cx["OW"], cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"])
-    gen = torch.Generator(device=x.device).manual_seed(20261123)
-    xs = aligned_random((1, cx["H"], cx["W"], cx["C"]), x, gen).permute(0, 3, 1, 2)  # channels_last
-    if plan.rounds:  # as the real input is: the kernel does not round it
-        xs.copy_(round_to_tf32_even(xs))
-    ws = aligned_random(tuple(weight.shape), weight, gen)
-    bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
-    shape = (1, cx["OH"], cx["OW"], cx["C_OUT"]) if cx["OUT_CL"] else (1, cx["C_OUT"], cx["OH"], cx["OW"])
+    chw_in, chw_out = (cx["C"], cx["H"], cx["W"]), (cx["C_OUT"], cx["OH"], cx["OW"])
     # (one pass where the check's schedule splits nothing: a tile of one grain)
     for sched in dict.fromkeys((Schedule(tiles), check_schedule(tiles, plan.steps, cx["GRAIN"]))):
-        outs = aligned_nan(shape, out)
-        outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
+        t = one_image(x, weight, bias, out, chw_in, True, chw_out, cx["OUT_CL"], 20261123)  # fresh NaNs a pass
+        if plan.rounds:  # as the real input is: the kernel does not round it
+            t.x.copy_(round_to_tf32_even(t.x))
         with llvm_opt.compiling_at(level):
-            _launch(cx, sched, xs, pack_weight(ws, plan.rounds), bs if bs is not None else xs, outs,
+            _launch(cx, sched, t.x, pack_weight(t.weight, plan.rounds), t.bias if t.bias is not None else t.x, t.out,
                     cx["OH"] * cx["OW"], level)
-        if not agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]),
+        if not agrees(t.out, t.x, t.weight, t.bias, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]),
                       cx["PRECISION"]):
             return False
     return True
 
 
-def _checked_plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                  dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
-                  slots: Optional[int]) -> tuple[LaunchPlan, torch.Tensor]:
-    """Every check of a launch, the output (allocated channels_last unless given) and the plan."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
-    g = geometry(x, weight, stride, padding, dilation)
-    if out is None:
-        out = torch.empty((g.n, g.c_out, g.oh, g.ow), device=x.device, dtype=torch.float32,
-                          memory_format=torch.channels_last)
-    else:
-        check_out(x, out, (g.n, g.c_out, g.oh, g.ow), channels_last_ok=True)
-    return make_plan(g, bias is not None, meta, precision, writes_channels_last(out), slots), out
+def _plan(x: torch.Tensor, g: Any, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+          slots: Optional[int] = None) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, slots)
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-           dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-           groups: int = 1, slots: Optional[int] = None) -> Launched:
-    """Check, allocate (unless `out` is given), launch once. Any input that is not channels_last-contiguous, and
-    for tf32 every input, is copied first (kernel_input), inside this call and so inside any timing of it. The output
-    is channels_last unless `out` is given contiguous (NCHW). `slots`: make_plan."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, slots)
-    compiled, level = run(plan, kernel_input(x, plan), weight, bias, out)
-    return Launched.from_compiled(out, compiled, level)
-
-
-def prepared(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-             dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-             groups: int = 1) -> Callable[[], torch.Tensor]:
-    """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): the checks and
-    the plan once; the returned call copies the input as the kernel reads it and launches, writing `out`."""
-    plan, out = _checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups, None)
-
-    def call() -> torch.Tensor:
-        run(plan, kernel_input(x, plan), weight, bias, out)
-        return out
-    return call
+# `slots` (make_plan) is a launch option: launch(..., slots=2)
+HOST = Host(_plan, kernel_input, run, channels_last=True)
+launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
@@ -462,5 +428,5 @@ PREVIOUS_SOURCE_HASHES = ("d2064b641f81",)
 
 
 register(KernelVariant("nhwc_streamk", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=LibraryCall(without_input(make_plan), kernel_input, run),
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST,
                         entry_points=("_conv2d_nhwc_streamk_kernel",)))

@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import LibraryCall, get_variant, library_choice, pins, torch_conv
+from convtune.kernels import Host, get_variant, library_choice, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig  # its bound launch (Bound): the one a module's layer keeps
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.problem import ConvProblem
@@ -79,9 +79,9 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     return value, source
 
 
-Plan = Any  # a kernel's LaunchPlan (its LibraryCall made it), or pins.TORCH
-# plan type → the LibraryCall of the kernel whose plans are of that type (registered as each first makes one)
-_calls: dict[type, LibraryCall] = {}
+Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH
+# plan type → the Host (kernels/host.py) of the kernel whose plans are of that type (registered as each first makes one)
+_calls: dict[type, Host] = {}
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -106,7 +106,7 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
 
 def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.KernelPin, precision: str,
                  out_cl: bool) -> Plan:
-    """The plan of the kernel a pin names, made by its LibraryCall (kernels.base: each variant declares how the
+    """The plan of the kernel a pin names, made by its Host (kernels/host.py: each variant declares how the
     library runs it)."""
     library = get_variant(value.kernel).library
     if library is None:

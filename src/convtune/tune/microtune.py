@@ -1,7 +1,9 @@
 """The brief's micro-tuning stage as a sweep: the current pin (or default) and its neighbours only.
 
-num_stages ±1 within {2, 3, 4}; num_warps changed only where the compiled pin's occupancy suggests it
-(convtune.measure.occupancy.warps_to_try); blocks, and so the grid, unchanged. 2–4 configurations, the pin first.
+num_stages ±1 within {2, 3, 4} (or the next values of the variant's own, where its Space restricts them: fused_gluon's
+warpgroups 1 and 2); num_warps changed only where the compiled pin's occupancy suggests it
+(convtune.measure.occupancy.warps_to_try) and the variant takes it; blocks, and so the grid, unchanged. 1–4
+configurations, the pin first.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ def neighbour_configs(config: DictConfig) -> list[dict[str, int]]:
     from convtune.measure.occupancy import warps_to_try
 
     problem, meta, source = setup.problem, setup.configured_meta, setup.configured_source
-    configs = [meta] + [replace(meta, num_stages=s) for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES]
+    space = setup.variant.space  # a variant that restricts a knob moves it within its own values
+    stages = space.neighbours("num_stages", meta.num_stages, STAGES) if space else tuple(
+        s for s in (meta.num_stages - 1, meta.num_stages + 1) if s in STAGES)
+    configs = [meta] + [replace(meta, num_stages=s) for s in stages]
     if setup.interpreted:
         why = "num_warps kept: the interpreter compiles nothing, so there is no occupancy to read"
     else:
         occ, launched = compiled_occupancy(problem, meta, setup.precision, setup.variant)
-        more = warps_to_try(meta.num_warps, occ)
+        more = [w for w in warps_to_try(meta.num_warps, occ) if space is None or space.allows(replace(meta, num_warps=w))]
         configs += [replace(meta, num_warps=w) for w in more]
         why = (f"{launched.n_regs} registers/thread, {launched.shared_bytes} B shared/block → {occ.blocks_per_sm} "
                f"block(s), {occ.warps_per_sm} warps/SM ({occ.fraction:.0%}, limited by {occ.limiter}) → "
