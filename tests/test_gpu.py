@@ -104,7 +104,7 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     functional.forget_choices()
     assert layer._torch_for[3] != functional.pins_generation  # pins re-read: the shortcut no longer applies
     report = convtune.nn.convert(torch.nn.Sequential(layer), x.detach())
-    assert report[0].runs.startswith("torch: pinned, faster on this GPU (pin "), report
+    assert report[0].runs.startswith("torch (pin "), report
     functional.forget_choices()
 
 

@@ -157,7 +157,7 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
     v = get_variant("nchw_igemm")
     assert "nchw_igemm" in LIBRARY_KERNELS and "nchw_igemm" not in GENERAL
     assert v.restricted_to == ni.RESTRICTED_TO and v.tf32_ties == "even"
-    assert v.precisions == ("tf32",) and v.compute_capability is None and v.runs_on(None) and v.runs_on((8, 0))
+    assert v.precisions == ("tf32",) and v.compute_capability == (9, 0) and v.runs_on(None) and not v.runs_on((8, 0))
     assert v.prepared is ni.prepared and len(v.source_hash) == 12
 
 

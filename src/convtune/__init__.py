@@ -6,7 +6,7 @@ interpreted kernels, so `convtune.kernels` is imported only once TRITON_INTERPRE
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "nn"]
+__all__ = ["conv2d", "nn", "tune_on_first_use"]
 
 
 def __getattr__(name: str):  # lazy, so that importing convtune decides nothing about the interpreter
@@ -14,6 +14,10 @@ def __getattr__(name: str):  # lazy, so that importing convtune decides nothing 
         from convtune.library.functional import conv2d
 
         return conv2d
+    if name == "tune_on_first_use":  # as torch.backends.cudnn.benchmark: convtune.tune_on_first_use(True)
+        from convtune.library.dispatch import tune_on_first_use
+
+        return tune_on_first_use
     if name == "nn":
         import convtune.library.nn as nn
 

@@ -62,6 +62,15 @@ def activate(device: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def capability_of(tags: dict[str, str]) -> Optional[tuple[int, int]]:
+    """The compute capability device_tags recorded, as (major, minor); None on the interpreter."""
+    value = tags.get("compute_capability", "none")
+    if value == "none":
+        return None
+    major, minor = value.split(".")
+    return int(major), int(minor)
+
+
 def device_tags(device: str) -> dict[str, str]:
     import torch
     import triton
@@ -457,7 +466,9 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
         gpu = cfg.promote.device_name or s.gpu
         # kernel=library measures what the library runs: the pin may name the other kernel (or torch: then the
         # rule's kernel at its default, as configured_meta says)
-        choice, source = kernels.library_choice(s.pins_path, gpu, s.problem, s.precision) \
+        # (a family pin too: a run of it here is the tracker's measurement of it on this GPU)
+        choice, source = kernels.library_choice(s.pins_path, gpu, s.problem, s.precision,
+                                                capability=capability_of(s.device_tags)) \
             if cfg.kernel.name == kernels.LIBRARY else (None, "")
         if isinstance(choice, kernels.pins.KernelPin):
             s.variant, s.configured_meta, s.configured_source = kernels.get_variant(choice.kernel), choice.meta, source

@@ -38,7 +38,8 @@ for i in range(CASES):
     meta = v.default_meta(k, sw, w, precision) if i % 5 == 0 else random.choice(
         [v.default_meta(k, sw, w, precision), v.default_meta(k, sw, w, precision).__class__(64, 64, 16, 4, 3),
          v.default_meta(k, sw, w, precision).__class__(128, 128, 32, 8, 3)])
-    fold_igemm._binaries.clear()  # the first call below goes through Triton's dispatch
+    fold_igemm._binaries.clear()  # the first calls below go through Triton's dispatch
+    fold_igemm._fold_bound.clear()
     call = v.prepared(x, wt, b, (sh, sw), (ph, pw), 1, meta, precision, out=out)
     outs = [call().clone() for _ in range(3)]
     split += fold_igemm.split_columns(k, meta.BLOCK_N)
@@ -58,8 +59,9 @@ for i in range(CASES):
         theirs = F.conv2d(x, wt, b, (sh, sw), (ph, pw))
         judged += 1
         judged_ok += bool(torch.allclose(outs[0], theirs, atol=1e-4, rtol=1e-4))
-    if len(fold_igemm._binaries) < 2:
-        bad.append(f"{label}: the fold and the conv were not both bound ({len(fold_igemm._binaries)})")
+    if not (fold_igemm._binaries and fold_igemm._fold_bound):
+        bad.append(f"{label}: the fold and the conv were not both bound ({len(fold_igemm._fold_bound)} fold, "
+                   f"{len(fold_igemm._binaries)} conv)")
 for b_ in bad:
     print("FAIL", b_)
 wrong = len({b_.split(":")[0] for b_ in bad})  # cases, not checks: a case may fail more than one

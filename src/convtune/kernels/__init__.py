@@ -7,10 +7,11 @@ time whether kernels run compiled or through the interpreter: set TRITON_INTERPR
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 import os
 import pkgutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from convtune.errors import ConfigError
 from convtune.kernels import llvm_opt, pins
@@ -28,9 +29,10 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
         importlib.import_module(f"{__name__}.{_module}")
 
 VARIANTS: dict[str, KernelVariant] = dict(sorted(REGISTRY.items()))
-# The variants that run anywhere, on any convolution: what a check over random shapes on any device can run
+# The variants that take any convolution and run under the interpreter: what a check over random shapes can run
+# (on a GPU, those its compute capability allows: KernelVariant.runs_on)
 GENERAL = tuple(sorted(name for name, v in VARIANTS.items()
-                       if v.restricted_to is None and v.precisions is None and v.compute_capability is None))
+                       if v.restricted_to is None and v.precisions is None and v.interpreted))
 LIBRARY_KERNELS = tuple(name for name, v in VARIANTS.items() if v.library is not None)  # what a pin may name
 
 
@@ -75,26 +77,60 @@ def unpinned_policy() -> str:
     return value
 
 
-def library_choice(pins_file: Path, gpu: str, problem: Any, precision: str,
-                   training: bool = False) -> tuple[pins.Pinned, str]:
-    """What the library runs for a call of `problem` (its layout and channels pick the section, library_variant):
-    a pins.KernelPin naming the kernel and its configuration, or pins.TORCH; and where that comes from. Only this
-    GPU's exact pin for the key decides (for a call that records gradients its "+train" pin first); without one,
-    torch runs, unless CONVTUNE_UNPINNED=kernel (unpinned_policy)."""
+@dataclass(frozen=True)
+class Choice:
+    """What the pins say the library runs for a call, and which rule said it: "pin" (this GPU's exact pin), "family"
+    (a pin of a GPU of its family, `family_gpu`: the library runs it only once verified on this GPU), "torch" (no pin:
+    torch runs), or "kernel" (CONVTUNE_UNPINNED=kernel: the rule's kernel, nearest pin or default). `key`: the pin
+    key that decided (or the plain key where none did); `section`: the variant whose section holds it."""
+
+    value: pins.Pinned
+    source: str
+    rule: str
+    key: str
+    section: str
+    family_gpu: Optional[str] = None
+
+
+def choose(pins_file: Path, gpu: str, problem: Any, precision: str, training: bool = False,
+           capability: Optional[tuple[int, int]] = None) -> Choice:
+    """What the pins file says the library runs for a call of `problem` on `gpu` (its layout and channels pick the
+    section, library_variant): this GPU's exact pin for the key (for a call that records gradients its "+train" pin
+    first); else a family GPU's pin for it (pins.family_sources, by `capability`); else torch, unless
+    CONVTUNE_UNPINNED=kernel (unpinned_policy)."""
     home = get_variant(library_variant(problem.layout, problem.in_channels))
+    keys = ([pins.pin_key(problem.key(), precision, training=True)] if training else []) + \
+        [pins.pin_key(problem.key(), precision)]
     if unpinned_policy() == "kernel":
         value, source = configured(home, pins_file, gpu, problem, precision, training)
-    else:
-        data = pins.load(pins_file)
-        keys = ([pins.pin_key(problem.key(), precision, training=True)] if training else []) + \
-            [pins.pin_key(problem.key(), precision)]
-        section = pins.entries(data, gpu, home.name)
+        return Choice(pins.KernelPin(home.name, value) if isinstance(value, Meta) else value, source, "kernel",
+                      keys[-1], home.name)
+    data = pins.load(pins_file)
+    for source_gpu in [gpu] + pins.family_sources(data, gpu, capability):
+        section = pins.entries(data, source_gpu, home.name)
         key = next((k for k in keys if k in section), None)
         if key is None:
-            return pins.TORCH, (f"no pin for {keys[-1]} on {gpu}: the library runs a kernel only where a measurement "
-                                f"on this GPU pinned it")
-        value, source = pins.pinned(section[key]), f"pin {gpu} / {home.name} / {key}"
-    return (pins.KernelPin(home.name, value) if isinstance(value, Meta) else value), source
+            continue
+        value = pins.pinned(section[key])
+        value = pins.KernelPin(home.name, value) if isinstance(value, Meta) else value
+        if source_gpu == gpu:
+            return Choice(value, f"pin {gpu} / {home.name} / {key}", "pin", key, home.name)
+        if isinstance(value, pins.KernelPin) and not get_variant(value.kernel).runs_on(capability):
+            continue  # a family GPU's kernel that this one cannot run (its compute capability): never chosen
+        cc = "" if capability is None else f", compute capability {capability[0]}.{capability[1]} as {gpu}"
+        return Choice(value, f"family pin {source_gpu} / {home.name} / {key}{cc}", "family", key, home.name,
+                      source_gpu)
+    return Choice(pins.TORCH, f"no pin for {keys[-1]} on {gpu}" + (" or its family" if capability else "") +
+                  ": the library runs a kernel only where a measurement on this GPU (or its family) pinned it",
+                  "torch", keys[-1], home.name)
+
+
+def library_choice(pins_file: Path, gpu: str, problem: Any, precision: str,
+                   training: bool = False, capability: Optional[tuple[int, int]] = None) -> tuple[pins.Pinned, str]:
+    """choose's (value, source): what the tracker's `kernel=library` measures for the key, a family pin included
+    (a run of it on this GPU is the tracker's measurement of it)."""
+    c = choose(pins_file, gpu, problem, precision, training, capability)
+    return c.value, c.source
 
 
 def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
@@ -136,5 +172,5 @@ def variant_for(name: str, problem: Any) -> KernelVariant:
 
 
 __all__ = ["GENERAL", "LIBRARY", "LIBRARY_KERNELS", "KernelVariant", "Launched", "Host", "Meta", "VARIANTS", "configured",
-           "configured_meta", "get_variant", "library_choice", "library_variant", "validate_meta",
+           "configured_meta", "get_variant", "library_choice", "Choice", "choose", "library_variant", "validate_meta",
            "validate_precision", "variant_for"]

@@ -89,8 +89,8 @@ class KernelVariant:
     # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
     # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
     restricted_to: Optional[str] = None
-    # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs (None: any
-    # device, the interpreter too)
+    # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs on a GPU
+    # (None: any GPU); whether the interpreter runs it is `interpreted`
     precisions: Optional[tuple[str, ...]] = None
     compute_capability: Optional[tuple[int, int]] = None
     # what runs of this same kernel recorded as its source hash before its identity became its jit code (issue 43):
@@ -114,12 +114,16 @@ class KernelVariant:
     refuses: Optional[Callable[[Any, Meta, str], Optional[str]]] = None
     # the launch parameters it restricts, with their own names (None: what kernels.common.validate_meta allows)
     space: Optional[Space] = None
+    # whether the Triton interpreter runs it (tests on CPU): Gluon kernels it cannot
+    interpreted: bool = True
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions
 
     def runs_on(self, capability: Optional[tuple[int, int]]) -> bool:
         """Whether it runs on a device of that compute capability (None: the Triton interpreter)."""
+        if capability is None:
+            return self.interpreted
         return self.compute_capability is None or self.compute_capability == capability
 
 

@@ -357,5 +357,5 @@ def conv2d_gluon(x, weight, bias, packed):
 
 register(KernelVariant("fused_gluon", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
                        COMPUTE_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), draw_case=draw_case,
-                       library=HOST, space=SPACE,
+                       library=HOST, space=SPACE, interpreted=False,
                        entry_points=("_conv2d_fused_gluon_kernel",)))

@@ -243,6 +243,11 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
                 meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
 
 
+# On a GPU it needs compute capability 9.0: its TF32 rounding (precision.round_tf32_even_ptx, and the layout copy's) is
+# PTX's cvt.rn.tf32.f32, which ptxas refuses for sm_80 and sm_89 (tests/test_portability.py compiles for both)
+HOPPER = (9, 0)
+
 register(KernelVariant("nchw_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case, library=HOST, space=SPACE,
+                        compute_capability=HOPPER, previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case,
+                        library=HOST, space=SPACE,
                         entry_points=("_conv2d_nchw_kernel",)))

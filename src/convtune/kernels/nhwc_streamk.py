@@ -427,6 +427,10 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_streamk_kernel, layout._nch
 PREVIOUS_SOURCE_HASHES = ("d2064b641f81",)
 
 
+# On a GPU it needs compute capability 9.0: its TF32 rounding (precision.round_tf32_even_ptx, and the layout copy's) is
+# PTX's cvt.rn.tf32.f32, which ptxas refuses for sm_80 and sm_89 (tests/test_portability.py compiles for both)
+HOPPER = (9, 0)
+
 register(KernelVariant("nhwc_streamk", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST,
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST, compute_capability=HOPPER,
                         entry_points=("_conv2d_nhwc_streamk_kernel",)))

@@ -154,13 +154,14 @@ def as_entry(value: Pinned) -> dict[str, Any]:
 
 
 def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, provenance: dict[str, Any],
-              expect: Any = UNCHECKED) -> tuple[str, str]:
+              expect: Any = UNCHECKED, capability: Optional[tuple[int, int]] = None) -> tuple[str, str]:
     """Set one pin (a Meta, a KernelPin or TORCH) in `kernel`'s section, leaving every other entry untouched.
     Returns the file's text before and after.
 
     `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
     another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
-    caller's decision was made against a pin that is gone."""
+    caller's decision was made against a pin that is gone. `capability`: the GPU's compute capability, recorded in
+    the file's `gpus` table (what makes its pins a family's: family_sources)."""
     check_writable(path)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
@@ -174,6 +175,8 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
                              "again to contest the pin now in place")
         body = as_entry(in_section(value, kernel))
         data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {**body, "provenance": provenance}
+        if capability is not None:
+            data.setdefault("gpus", {})[gpu] = {"compute_capability": f"{capability[0]}.{capability[1]}"}
         after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
         # Never write what could not be read back to the same content (a value the schema refuses, a dump that
         # would not parse): the file on disk stays as it was.
@@ -230,6 +233,24 @@ def _replace(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def capability_of(data: dict[str, Any], gpu: str) -> Optional[tuple[int, int]]:
+    """A GPU's compute capability as the file's `gpus` table records it (promote writes it), or None."""
+    value = ((data.get("gpus") or {}).get(gpu) or {}).get("compute_capability")
+    if value is None:
+        return None
+    major, minor = value.split(".")
+    return int(major), int(minor)
+
+
+def family_sources(data: dict[str, Any], gpu: str, capability: Optional[tuple[int, int]]) -> list[str]:
+    """The other GPUs whose pins may stand for `gpu`'s (once verified on it: library/dispatch.py), best first: those
+    a `families` entry lists with it, then those of the same compute capability (the `gpus` table), each by name."""
+    listed = sorted({g for members in (data.get("families") or {}).values() if gpu in members for g in members} - {gpu})
+    same = sorted(g for g in (data.get("pins") or {}) if g != gpu and g not in listed and capability is not None
+                  and capability_of(data, g) == capability)
+    return [g for g in listed if g in (data.get("pins") or {})] + same
 
 
 def _geometry(key: str) -> tuple[str, int]:

@@ -13,7 +13,7 @@ from convtune.errors import ConfigError
 from convtune.kernels.common import Meta, validate_meta
 from convtune.kernels.precision import PRECISIONS
 
-TOP_KEYS = ("pins",)
+TOP_KEYS = ("pins", "gpus", "families")
 ENTRY_KEYS = ("meta", "backend", "kernel", "provenance")
 INTERPRETER = "interpreter"
 # A GPU section is a device name as torch.cuda.get_device_name() prints it, or "interpreter". Names are open-ended
@@ -24,6 +24,7 @@ KNOWN_GPUS = (INTERPRETER, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 
 # "<problem key>/<precision>[+train]": problem.ConvProblem.key(), then the precision (pins.pin_key)
 KEY_PATTERN = re.compile(r"n\d+-c\d+-h\d+-w\d+-k\d+-r\d+x\d+-s\d+x\d+-p\d+x\d+-d\d+x\d+-g\d+-(bias|nobias)"
                          r"-(nchw|channels_last)-[a-z0-9]+/(?P<precision>[a-z0-9_]+)(\+train)?")
+CAPABILITY = re.compile(r"\d+\.\d+")  # a GPU's compute capability as 'major.minor' (gpus / <name>)
 KEY_EXAMPLE = "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32"
 
 
@@ -51,9 +52,7 @@ def check(data: Any, where: str, sections: tuple[str, ...], kernels: tuple[str, 
         if key not in TOP_KEYS:
             raise error(f"{where}: unknown top-level key {key!r}{closest(key, TOP_KEYS)}")
     for gpu, by_kernel in _mapping(data.get("pins"), f"{where}: pins", "GPU names to kernels", error).items():
-        if not isinstance(gpu, str) or not (gpu == INTERPRETER or gpu.startswith(GPU_PREFIXES)):
-            raise error(f"{where}: pins / {gpu!r} is not a GPU: a device name as torch.cuda.get_device_name() "
-                        f"prints it, or {INTERPRETER!r}{closest(gpu, KNOWN_GPUS)}")
+        _check_gpu(gpu, f"{where}: pins", error)
         for kernel, keys in _mapping(by_kernel, f"{where}: pins / {gpu}", "kernel names to pins", error).items():
             if kernel not in sections:
                 raise error(f"{where}: pins / {gpu} / {kernel!r} is not a kernel variant"
@@ -62,6 +61,29 @@ def check(data: Any, where: str, sections: tuple[str, ...], kernels: tuple[str, 
                                        error).items():
                 _check_key(key, f"{where}: pins / {gpu} / {kernel}", error)
                 _check_entry(entry, kernel, kernels, f"{where}: entry {gpu} / {kernel} / {key}", error)
+
+
+    for gpu, about in _mapping(data.get("gpus"), f"{where}: gpus", "GPU names to what they are", error).items():
+        _check_gpu(gpu, f"{where}: gpus", error)
+        about = _mapping(about, f"{where}: gpus / {gpu}", "compute_capability to 'major.minor'", error)
+        for field, value in about.items():
+            if field != "compute_capability":
+                raise error(f"{where}: gpus / {gpu}: unknown field {field!r}{closest(field, ['compute_capability'])}")
+            if not (isinstance(value, str) and CAPABILITY.fullmatch(value)):
+                raise error(f"{where}: gpus / {gpu}: compute_capability must be 'major.minor' as a string (e.g. "
+                            f"'9.0'); got {value!r}")
+    for name, members in _mapping(data.get("families"), f"{where}: families", "family names to GPU names",
+                                  error).items():
+        if not isinstance(members, list) or len(members) < 2:
+            raise error(f"{where}: families / {name!r} must list two or more GPU names")
+        for gpu in members:
+            _check_gpu(gpu, f"{where}: families / {name}", error)
+
+
+def _check_gpu(gpu: Any, where: str, error: Type[Exception]) -> None:
+    if not isinstance(gpu, str) or not (gpu == INTERPRETER or gpu.startswith(GPU_PREFIXES)):
+        raise error(f"{where} / {gpu!r} is not a GPU: a device name as torch.cuda.get_device_name() prints it, or "
+                    f"{INTERPRETER!r}{closest(gpu, KNOWN_GPUS)}")
 
 
 def _check_key(key: Any, where: str, error: Type[Exception]) -> None:

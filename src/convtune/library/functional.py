@@ -1,8 +1,10 @@
 """`convtune.conv2d`: the library call. Runs what the pin for this GPU, problem and precision says: convtune's
 kernel with the pinned configuration, or torch's own convolution where torch won the contest for that key
-(pins.TORCH). Never autotunes. A lookup happens once per call signature and is then cached.
+(pins.TORCH). Never autotunes unless asked to (tune_on_first_use). A lookup happens once per call signature and
+is then cached.
 
-Which kernel: the pin for the call's key decides (kernels.library_choice), and where none has, the rule
+Which kernel: library/dispatch.py decides (the overlay, this GPU's pin, a family pin verified here, tuning on first
+use where turned on; else torch); the pins' section is the rule's
 (kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
 runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name any of the library's
 kernels (a promote of `kernel=library` found it faster for that key); each declares how the library runs it
@@ -19,9 +21,10 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import Host, get_variant, library_choice, pins, torch_conv
+from convtune.kernels import Host, get_variant, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig  # its bound launch (Bound): the one a module's layer keeps
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
+from convtune.library import dispatch
 from convtune.problem import ConvProblem
 
 log = logging.getLogger(__name__)
@@ -65,17 +68,19 @@ def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
 def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
            precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[pins.KernelPin, str], str]:
     """What the library runs for this call (a pins.KernelPin: the kernel and its configuration; or pins.TORCH) and
-    where that comes from (pin, nearest pin, default). `training`: the call records gradients (records_gradients), and a
+    which rule decided it, and why (library/dispatch.py: overlay, pin, family pin verified here, tuned on first use,
+    torch). `training`: the call records gradients (records_gradients), and a
     "+train" pin for the shape decides first. `layout`: the call's (call_layout, read off x and weight if None)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     layout = layout or call_layout(x, weight)
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
-    path = pins.default_path()
-    value, source = library_choice(path, device_key(x), p, precision, training)
-    log.debug("convtune.conv2d %s/%s%s: %s from %s (%s)", p.key(), precision, " (training)" if training else "",
-              pins.describe(value), source, path)
+    gpu = device_key(x)
+    capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
+    value, source = dispatch.decide(p, gpu, capability, precision, training, x.device)
+    log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision, " (training)" if training else "",
+              pins.describe(value), source)
     return value, source
 
 

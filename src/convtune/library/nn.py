@@ -227,8 +227,8 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool]:
                              training=True)
     except UnsupportedProblem as e:
         return f"torch: {e}", True
-    runs = f"torch: pinned, faster on this GPU ({source})" if value == TORCH else \
-        f"convtune {value.short()} ({source})"  # the kernel's name, then its configuration
+    # the source says which rule decided (library/dispatch.py), and why; a kernel's line names it and its configuration
+    runs = f"torch ({source})" if value == TORCH else f"convtune {value.short()} ({source})"
     if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
         runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
             f" ({in_training[1]})"

@@ -43,6 +43,7 @@ class Contender:
     rounds_ms: list[float] = field(default_factory=list)
     idle_ms: list[float] = field(default_factory=list)  # per round: one call from an idle GPU, host cost included
     kernel: Optional[KernelVariant] = None  # the kernel `meta` configures (None for TORCH)
+    error: Optional[str] = None  # why it could not run (remeasure), in one line
 
     @property
     def median_ms(self) -> Optional[float]:
@@ -88,8 +89,9 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
                 out = result if c.meta == TORCH else out  # the kernel wrote into the poisoned `out`
                 verdict = judge(out, p, x, w, b, precision, tol, check)  # type: ignore[arg-type]
                 c.rel_err, c.correct = verdict.metrics.get("rel_err"), verdict.ok
-            except Exception:  # noqa: BLE001 - a contender that no longer runs simply loses
+            except Exception as e:  # noqa: BLE001 - a contender that no longer runs (or cannot here) simply loses
                 c.correct = False
+                c.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             if c.correct:
                 calls.append((c, call))
         one_round = TimingSettings(rounds=1, reps=reps, warmup=1 if dev.type == "cuda" else 0)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from convtune.config import TOLERANCE
 from convtune.errors import ConfigError
-from convtune.setup import Setup, git_tags, resolve
+from convtune.setup import Setup, capability_of, git_tags, resolve
 from convtune.record import Identity, Metric, Param, RunView, Tag
 from convtune.track.store import Tracker, say_reaped
 
@@ -194,8 +194,11 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
         "kernel_source_hash": (w.kernel or section).source_hash,
     }
     # `expect`: written only over the pin this contest beat (two promotes on one key: the second is refused)
+    # the GPU's compute capability goes into the file's gpus table where this machine is the pin's GPU (what makes
+    # its pins a family's: kernels/pins.family_sources)
     before, after = pins.write_pin(path, c.gpu, section.name, c.key, value, provenance,
-                                   expect=c.pin_value if c.pinned else None)
+                                   expect=c.pin_value if c.pinned else None,
+                                   capability=capability_of(here) if c.gpu == setup.gpu else None)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
     runs = "torch's convolution" if w.meta == pins.TORCH else f"convtune's {w.kernel.name}"
     print(f"\npins file {path} (the library now runs {runs} for {c.key}):\n{diff}")

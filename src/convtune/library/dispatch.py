@@ -1,0 +1,190 @@
+"""What the library runs for a call: the one place that decides (issue 44). In order:
+
+1. this GPU's per-user overlay (library/overlay.py): what a first-use check or first-use tuning proved here;
+2. the packaged pins' exact pin for this GPU (for a call recording gradients its "+train" pin first);
+3. a pin of this GPU's family (the same compute capability, or a family the pins file names: kernels/pins.py), used
+   only once verified on this GPU: on its first call a short contest (tune/contest.py: the tracker's timing and the
+   judge's matches-torch check) runs it against torch on the call's shape; it runs if it matched torch and was faster
+   by the promote threshold, else torch runs; either way the outcome goes into the overlay and is not checked again;
+4. with tuning on first use turned on (tune_on_first_use, or CONVTUNE_TUNE=1): a bounded contest of torch against the
+   library's kernels that take the call (at a family pin, their default and a few neighbours), kept in the overlay;
+5. torch.
+
+Never the rule's kernel at its default, nor a pinned neighbour's configuration, for a shape no measurement covers:
+on the H200 those ran whole models at 0.72-0.95x torch (issue 44). CONVTUNE_UNPINNED=kernel (kernels/__init__.py)
+brings that back for experiments. A kernel that cannot run on this GPU (its compute capability, a refusal by its
+plan, shared memory per block) is never chosen: its plan refuses it, and the call runs torch with the reason logged.
+
+Every decision comes with a source string saying which rule decided and why; convert's report prints it, and the
+logger `convtune.library.dispatch` says it at DEBUG (the first-use checks at INFO, with their cost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import time
+from typing import Any, Optional
+
+from convtune.kernels import Choice, choose, get_variant, library_variant, pins
+from convtune.library import overlay
+from convtune.problem import ConvProblem
+
+log = logging.getLogger(__name__)
+TUNE_ENV = "CONVTUNE_TUNE"  # 1: tune on first use (tune_on_first_use)
+BUDGET_ENV = "CONVTUNE_TUNE_BUDGET_S"  # a first-use contest's time budget per shape, seconds
+FAMILY_ENV = "CONVTUNE_FAMILY"  # off: family pins are not checked on first use (torch runs until the tracker pins)
+DEFAULT_BUDGET_S = 30.0
+# The first-use contests: fewer rounds than promote's 15 (a user's first call waits for it), the same threshold
+MIN_GAIN, CONFIDENCE, ROUNDS, REPS = 0.02, 0.95, 7, 10
+_tune: Optional[bool] = None  # set by tune_on_first_use; None: the environment decides
+
+
+def tune_on_first_use(enabled: bool = True) -> None:
+    """Turn tuning on first use on or off for this process (as torch.backends.cudnn.benchmark): a call whose shape no
+    pin covers then runs a short contest on its first call and keeps the winner in the per-user overlay."""
+    global _tune
+    _tune = bool(enabled)
+
+
+def tuning() -> bool:
+    return _tune if _tune is not None else os.environ.get(TUNE_ENV, "") not in ("", "0")
+
+
+def budget_s() -> float:
+    try:
+        return float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S))
+    except ValueError:
+        return DEFAULT_BUDGET_S
+
+
+def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
+           device: Any) -> tuple[pins.Pinned, str]:
+    """What runs for the call `p` on `gpu` (its compute capability; None: the interpreter), and why in one line."""
+    home = get_variant(library_variant(p.layout, p.in_channels))
+    keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
+    data, path = overlay.read(gpu) if capability is not None else ({"pins": {}}, None)
+    found = overlay.entry(data, gpu, home.name, keys)
+    if found is not None:
+        key, entry = found
+        how = (entry.get("provenance") or {}).get("rule", "written there by hand")
+        value = pins.pinned(entry)
+        return (pins.KernelPin(home.name, value) if isinstance(value, pins.Meta) else value,
+                f"overlay {path} / {home.name} / {key} ({how})")
+    c = choose(pins.default_path(), gpu, p, precision, training, capability)
+    if c.rule == "family":
+        return _verify_family(p, gpu, c, precision, home.name, device)
+    if c.rule == "torch" and tuning() and capability is not None:
+        return _tune_here(p, gpu, capability, c, precision, home.name, keys[0], device)
+    return c.value, c.source
+
+
+def _verify_family(p: ConvProblem, gpu: str, c: Choice, precision: str, section: str,
+                   device: Any) -> tuple[pins.Pinned, str]:
+    """A family pin's first use on this GPU: its kernel against torch on the call's shape, once; the outcome kept."""
+    if c.value == pins.TORCH:  # torch won the key on the family's GPU: torch runs, nothing to check
+        return pins.TORCH, c.source
+    if os.environ.get(FAMILY_ENV, "").lower() == "off" or overlay.path_for(gpu) is None:
+        return pins.TORCH, (f"{c.source}, not verified on {gpu} ({FAMILY_ENV}=off or {overlay.ENV}=off): torch until "
+                            "it is")
+    pin = c.value if isinstance(c.value, pins.KernelPin) else pins.KernelPin(section, c.value)
+    won, why, cost, numbers = _contest(p, precision, device, [pin], budget_s())
+    kept = won if won is not None else pins.TORCH
+    verdict = "verified here" if won is not None else "refused here"
+    where = overlay.keep(gpu, section, c.key, kept, {
+        "rule": f"family pin of {c.family_gpu}, {verdict}", "family_pin": pin.short(), "from_gpu": c.family_gpu,
+        "date": _now(), "method": f"first-use contest against torch: {ROUNDS} rounds x {REPS} calls, min gain "
+                                  f"{MIN_GAIN}, judged as KernelBench does", "seconds": round(cost, 2), **numbers,
+        "reason": why})
+    log.info("convtune: %s on %s: %s (%s; %.1f s)%s", c.source, gpu, "runs it" if won else "runs torch", why, cost,
+             f"; kept in {where}" if where else "; not kept (no overlay)")
+    return kept, f"{c.source}, {verdict} ({why})"
+
+
+def _tune_here(p: ConvProblem, gpu: str, capability: tuple[int, int], c: Choice, precision: str, section: str,
+               key: str, device: Any) -> tuple[pins.Pinned, str]:
+    """Tuning on first use: torch against the library's kernels that take the call, within the time budget."""
+    candidates = first_use_candidates(p, precision, capability)
+    won, why, cost, numbers = _contest(p, precision, device, candidates, budget_s())
+    kept = won if won is not None else pins.TORCH
+    where = overlay.keep(gpu, section, key, kept, {
+        "rule": "tuned on first use", "date": _now(), "candidates": len(candidates), "seconds": round(cost, 2),
+        "method": f"first-use contest against torch: {ROUNDS} rounds x {REPS} calls, min gain {MIN_GAIN}, within "
+                  f"{budget_s():g} s", **numbers, "reason": why})
+    log.info("convtune: tuned %s on first use (%d candidates, %.1f s): %s (%s)%s", key, len(candidates), cost,
+             pins.describe(kept), why, f"; kept in {where}" if where else "; not kept (no overlay)")
+    return kept, f"tuned on first use on {gpu}: {pins.describe(kept)} ({why})"
+
+
+def first_use_candidates(p: ConvProblem, precision: str, capability: Optional[tuple[int, int]],
+                         limit: int = 8) -> list[pins.KernelPin]:
+    """The configurations a first-use contest tries, best guesses first: each library kernel that runs on this GPU
+    and takes the call, at its default and at its default's num_stages neighbours (within its Space)."""
+    from dataclasses import replace
+
+    from convtune.kernels import LIBRARY_KERNELS, VARIANTS
+
+    first, then = [], []
+    for name in LIBRARY_KERNELS:
+        v = VARIANTS[name]
+        if not v.runs_on(capability) or not v.runs_precision(precision):
+            continue
+        meta = v.default_meta(p.out_channels, p.stride[1], p.width, precision)
+        if v.refuses is not None and v.refuses(p, meta, precision) is not None:
+            continue
+        first.append(pins.KernelPin(name, meta))
+        stages = v.space.neighbours("num_stages", meta.num_stages, (2, 3, 4)) if v.space else tuple(
+            s for s in (meta.num_stages - 1, meta.num_stages + 1) if s in (2, 3, 4))
+        then += [pins.KernelPin(name, replace(meta, num_stages=s)) for s in stages]
+    return (first + then)[:limit]
+
+
+def _contest(p: ConvProblem, precision: str, device: Any, candidates: list[pins.KernelPin],
+             budget: float) -> tuple[Optional[pins.KernelPin], str, float, dict[str, Any]]:
+    """Each candidate against torch in turn (interleaved rounds of the two, the tracker's timing, the judge's check),
+    until the budget is spent: (the fastest that beat torch by MIN_GAIN, or None; why; seconds; numbers)."""
+    import torch
+
+    from convtune.config import TOLERANCE
+    from convtune.kernels import VARIANTS
+    import convtune.tune.contest as contest
+
+    start = time.monotonic()
+    best: Optional[tuple[float, pins.KernelPin, Any]] = None
+    tried, lines = 0, []
+    on_gpu = torch.device(device).type == "cuda"  # else the interpreter's CPU host times (tests of this path)
+    with torch.cuda.device(device) if on_gpu else contextlib.nullcontext():
+        for pin in candidates:
+            if tried and time.monotonic() - start > budget:
+                lines.append(f"budget of {budget:g} s spent after {tried} of {len(candidates)}")
+                break
+            tried += 1
+            them = [contest.Contender(pins.TORCH, "pin"), contest.Contender(pin.meta, "candidate",
+                                                                             kernel=VARIANTS[pin.kernel])]
+            contest.remeasure(p, them, precision, TOLERANCE[precision], ROUNDS if on_gpu else 1, REPS if on_gpu else 1,
+                              "cuda" if on_gpu else "cpu", check="kernelbench")
+            d = contest.decide(them, MIN_GAIN, CONFIDENCE)
+            torch_ms, ours = them[0].median_ms, them[1]
+            if ours.error is not None:  # on this GPU it cannot run (shared memory per block, say)
+                lines.append(f"{pin.short()}: cannot run here ({ours.error})")
+                continue
+            if ours.correct is False:
+                lines.append(f"{pin.short()}: fails the judge's check (rel_err {ours.rel_err})")
+                continue
+            ratio = (torch_ms / ours.median_ms) if torch_ms and ours.median_ms else None
+            lines.append(f"{pin.short()}: {ours.median_ms:.4f} ms against torch {torch_ms:.4f} ms" if ratio else
+                         f"{pin.short()}: not timed")
+            if d.promote and d.winner is ours and ratio and (best is None or ratio > best[0]):
+                best = (ratio, pin, ours)
+    cost = time.monotonic() - start
+    if best is None:
+        return None, "; ".join(lines) or "no candidate", cost, {}
+    ratio, pin, ours = best
+    return pin, f"{pin.short()} {ratio:.3f}x torch", cost, {"speedup_vs_torch": round(ratio, 4),
+                                                             "rel_err": ours.rel_err, "tried": "; ".join(lines)}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,133 @@
+"""What the library runs (library/dispatch.py, issue 44): the overlay, this GPU's pin, a family pin verified on first
+use, tuning on first use, else torch; the overlay refused whole where broken or foreign. The first-use contests run
+for real here, through the Triton interpreter on CPU host times (the GPU machine runs them on the GPU)."""
+
+import logging
+
+import pytest
+import torch
+
+import convtune
+from convtune.kernels import Meta, choose, pins
+from convtune.library import dispatch, overlay
+from convtune.problem import ConvProblem
+
+H200, H100, ADA = "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"
+# a call small enough for the interpreter: 1x3x8x8, 4 channels out, 3x3, stride 1
+P = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, layout="nchw")
+KEY = pins.pin_key(P.key(), "ieee")
+PIN = Meta(16, 16, 16, 4, 2)
+
+
+@pytest.fixture
+def pinned_on_h200(tmp_path, monkeypatch):
+    """A pins file with the H200's pin for P (and its compute capability), and an overlay folder of the test's own."""
+    f = tmp_path / "pins.yaml"
+    pins.write_pin(f, H200, "implicit_gemm", KEY, PIN, {"run_id": "r1"}, capability=(9, 0))
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.FAMILY_ENV, raising=False)
+    return f
+
+
+def test_a_pin_of_the_same_compute_capability_or_a_listed_family_is_a_family_pin(pinned_on_h200):
+    c = choose(pinned_on_h200, H100, P, "ieee", capability=(9, 0))
+    assert (c.rule, c.family_gpu, c.value) == ("family", H200, pins.KernelPin("implicit_gemm", PIN))
+    assert "family pin NVIDIA H200 / implicit_gemm" in c.source and "compute capability 9.0" in c.source
+    assert choose(pinned_on_h200, ADA, P, "ieee", capability=(8, 9)).rule == "torch"  # another capability
+    assert choose(pinned_on_h200, H200, P, "ieee", capability=(9, 0)).rule == "pin"
+    data = pins.load(pinned_on_h200)
+    data["families"] = {"ours": [ADA, H200]}  # a maintainer's table joins the 4090 to the H200's pins
+    assert pins.family_sources(data, ADA, (8, 9)) == [H200]
+
+
+def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_on_h200, caplog):
+    """The first decision runs the contest (here on CPU host times, through the interpreter) and keeps its outcome,
+    whichever it is, in the overlay; the next decision reads the overlay and runs no contest."""
+    with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
+        value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    verdict = "verified here" if value != pins.TORCH else "refused here"
+    assert value in (pins.TORCH, pins.KernelPin("implicit_gemm", PIN)) and verdict in source
+    assert "M16-N16-K16-w4-s2" in source and "torch" in source  # the contest's numbers, or why it lost
+    assert "family pin NVIDIA H200" in caplog.text and "kept in" in caplog.text
+    entry = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"][KEY]
+    assert pins.pinned(entry) == (pins.TORCH if value == pins.TORCH else PIN)
+    prov = entry["provenance"]
+    assert prov["rule"] == f"family pin of NVIDIA H200, {verdict}" and prov["from_gpu"] == H200
+    assert prov["family_pin"] == "implicit_gemm M16-N16-K16-w4-s2" and prov["seconds"] >= 0 and prov["reason"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
+        again, why = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    assert again == value and why.startswith("overlay ") and f"family pin of NVIDIA H200, {verdict}" in why
+    assert caplog.text == ""  # no second contest
+
+
+def test_a_family_pin_runs_where_the_overlay_says_it_was_verified(pinned_on_h200):
+    pins.write_pin(overlay.path_for(H100), H100, "implicit_gemm", KEY, PIN,
+                   {"rule": "family pin of NVIDIA H200, verified here", "speedup_vs_torch": 1.9})
+    value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    assert value == pins.KernelPin("implicit_gemm", PIN) and "verified here" in source
+
+
+def test_without_an_overlay_a_family_pin_is_not_verified_and_torch_runs(pinned_on_h200, monkeypatch):
+    monkeypatch.setenv(overlay.ENV, "off")
+    value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    assert value == pins.TORCH and "not verified on NVIDIA H100 80GB HBM3" in source
+    monkeypatch.setenv(overlay.ENV, str(pinned_on_h200.parent / "overlay"))
+    monkeypatch.setenv(dispatch.FAMILY_ENV, "off")
+    assert dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))[0] == pins.TORCH
+    assert not overlay.path_for(H100).exists()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("pins:\n  NVIDIA H100 80GB HBM3: [\n", "not valid YAML"),
+    (f"pins:\n  {H200}:\n    implicit_gemm:\n      {KEY}:\n        meta: {{BLOCK_M: 16, BLOCK_N: 16, BLOCK_K: 16, "
+     "num_warps: 4, num_stages: 2}\n", "holds pins of NVIDIA H200"),
+])
+def test_a_broken_or_foreign_overlay_is_refused_in_one_line_and_ignored_whole(pinned_on_h200, monkeypatch, caplog,
+                                                                               text, why):
+    path = overlay.path_for(H100)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    monkeypatch.setenv(overlay.ENV, str(path.parent))
+    with caplog.at_level(logging.WARNING, logger="convtune.library.overlay"):
+        data, where = overlay.read(H100)
+        overlay.read(H100)  # the same file again: no second warning
+    assert data == {"pins": {}} and where == path
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and why in lines[0] and "ignored whole" in lines[0] and "\n" not in lines[0]
+    assert overlay.keep(H100, "implicit_gemm", KEY, pins.TORCH, {}) is None and path.read_text() == text
+
+
+def test_tuning_on_first_use_is_off_by_default_and_on_by_the_switch_or_the_environment(pinned_on_h200, monkeypatch):
+    assert not dispatch.tuning()
+    monkeypatch.setenv(dispatch.TUNE_ENV, "1")
+    assert dispatch.tuning()
+    convtune.tune_on_first_use(False)  # the API's switch wins over the environment
+    try:
+        assert not dispatch.tuning()
+    finally:
+        dispatch._tune = None
+
+
+def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_budget(pinned_on_h200, monkeypatch,
+                                                                                         caplog):
+    other = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False, layout="nchw")  # no pin anywhere
+    candidates = dispatch.first_use_candidates(other, "ieee", (9, 0))
+    names = {c.kernel for c in candidates}
+    assert "implicit_gemm" in names and "fused_gluon" not in names  # fused_gluon refuses 3x3 at stride 1
+    assert "implicit_gemm" in {c.kernel for c in dispatch.first_use_candidates(other, "ieee", None)}
+    assert "nchw_igemm" not in {c.kernel for c in dispatch.first_use_candidates(other, "ieee", (8, 9))}  # tf32 only
+    monkeypatch.setenv(dispatch.BUDGET_ENV, "0")  # the budget stops the contest after its first candidate
+    convtune.tune_on_first_use(True)
+    try:
+        with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
+            value, source = dispatch.decide(other, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    finally:
+        dispatch._tune = None
+    assert source.startswith("tuned on first use on NVIDIA H100 80GB HBM3")
+    assert f"budget of 0 s spent after 1 of {len(candidates)}" in source
+    entry = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"][pins.pin_key(other.key(), "ieee")]
+    assert entry["provenance"]["rule"] == "tuned on first use" and entry["provenance"]["candidates"] == len(candidates)
+    assert "tuned" in caplog.text and "candidates" in caplog.text
