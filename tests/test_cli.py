@@ -70,9 +70,20 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.metrics["n_ok"] == 2
     assert re.fullmatch(r"num_warps=2,4 · \d\d-\d\d \d\d:\d\d", parent.info.run_name)  # what it varies, first
-    assert (f"browse: mlflow ui --backend-store-uri {store}   then http://127.0.0.1:5000/#/experiments/"
-            f"{parent.info.experiment_id}/runs?workflowType=machine_learning") in r.stdout
+    eid, pid = parent.info.experiment_id, parent.info.run_id
+    assert (f"browse: mlflow ui --backend-store-uri {store}   then http://127.0.0.1:5000/#/experiments/{eid}/runs/"
+            f"{pid}?workflowType=machine_learning\nruns by latency: http://127.0.0.1:5000/#/experiments/{eid}/runs?"
+            "workflowType=machine_learning&searchFilter=tags.mlflow.parentRunId%20%3D%20%27") in r.stdout
+    assert "&orderByKey=metrics.%60latency_ms%60&orderByAsc=true" in r.stdout
     assert parent.data.tags["best_run_id"] in {x.info.run_id for x in children}
+    # the parent's Overview is the dashboard: the ranked table, the winner marked and tagged, the interpreter said
+    note = parent.data.tags["mlflow.note.content"]
+    best = parent.data.tags["best_run_id"]
+    assert "CPU host times through Triton's interpreter" in note and "| ★ 1 | [" in note
+    assert f"(#/experiments/{eid}/runs/{best}?workflowType=machine_learning)" in note.split("| ★ 1 |")[1].split("\n")[0]
+    assert "| latency ms | p20–p80 ms | TFLOPS | GB/s |" in note and "![latency.png](get-artifact?path=" in note
+    assert [x.data.tags.get("convtune.winner") for x in children if x.info.run_id == best] == ["true"]
+    assert [x.data.tags.get("convtune.winner") for x in children if x.info.run_id != best] == [None]
     assert {"summary.md", "multirun.yaml", "roofline.png", "latency.png"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
     summary = Path(c.download_artifacts(parent.info.run_id, "summary.md")).read_text()
     assert summary.count("| ok ") == 2 and "num_warps=2" in summary and "| rank " in r.stdout
@@ -166,6 +177,10 @@ def test_a_store_that_cannot_be_used_is_one_line_for_a_run_and_stops_a_sweep_bef
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == line and "Traceback" not in r.stderr
     r = run_cli("-m", "problem=tiny", "num_warps=2,4", uri="bogus://x")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == line and "#0" not in r.stdout + r.stderr
+    r = run_cli("problem=tiny", uri="http://127.0.0.1:9")  # port 9 (discard): nothing listens
+    assert r.returncode == 1 and (r.stdout + r.stderr).strip().splitlines() == [
+        "error: tracking.uri='http://127.0.0.1:9' cannot be used: no MLflow server answers there within 15 s (is "
+        "`mlflow server` running, not stopped, and is the address right?)"]  # no urllib3 "Retrying ..." line
 
 
 def test_a_sweep_value_of_the_wrong_type_is_refused_before_any_job(run_cli, store):

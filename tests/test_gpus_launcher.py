@@ -64,7 +64,7 @@ def test_jobs_spread_over_the_slots_one_process_each_and_every_run_is_kept(run_c
     assert {run.data.tags["gpu_slot"] for run in runs} == {"0", "1"}
     assert len({run.data.tags["process"] for run in runs}) == 4  # a fresh process per job
     assert parent.data.tags["summary_rows"] == "4" and parent.info.status == "FINISHED"
-    assert r.stdout.count(" ok (interpreter)") == 4  # each job's own line, printed when it ends
+    assert r.stdout.count(" ok (interpreter: CPU host time") == 4  # each job's own line, printed when it ends
 
 
 def test_a_job_that_hangs_is_killed_at_the_timeout_and_recorded_failed(run_cli, store, tmp_path):

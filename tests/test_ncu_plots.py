@@ -57,3 +57,14 @@ def test_the_profiled_process_compiles_at_the_measured_runs_level_so_its_first_l
     env = ncu.profile_env({"llvm_opt": "O0"})
     assert env["CONVTUNE_LLVM_OPT"] == "O0" and "TRITON_INTERPRET" not in env
     assert "CONVTUNE_LLVM_OPT" not in ncu.profile_env({"llvm_opt": "none"})  # the interpreter: nothing to force
+
+
+def test_the_importance_view_draws_latency_against_each_parameter_the_sweep_varied():
+    runs = [run("64", 0.52, 104.0, "8"), run("64", 0.61, 90.0, "4"), run("128", 0.55, 99.0, "8"),
+            run("128", 0.70, 80.0, "4")]
+    fig = plots.latency_by_parameter(runs, "t")
+    assert [ax.get_xlabel() for ax in fig.axes] == ["BLOCK_M", "num_warps"]  # the varied ones, in Meta's order
+    warps = fig.axes[1]
+    assert [t.get_text() for t in warps.get_xticklabels()] == ["4", "8"]
+    assert list(warps.get_lines()[0].get_ydata()) == pytest.approx([0.655, 0.535])  # the median of each value
+    assert plots.latency_by_parameter([run("64", 0.52, 104.0, "8")], "t") is None  # nothing varied

@@ -49,11 +49,11 @@ def promote_here(capsys, store, pins_file, *args):
 IDENTITY = Identity("interpreter", "implicit_gemm", get_variant("implicit_gemm").source_hash, KEY.rsplit("/", 1)[0], "tf32")
 
 
-def record(store, meta, latency_ms, status=Status.OK, kernel="implicit_gemm", **tags):
+def record(store, meta, latency_ms, status=Status.OK, kernel="implicit_gemm", precision="tf32", **tags):
     """A run as a job records it (the run record's identity tags, the launch keys, the latency)."""
     t = Tracker(store)
     exp = t.experiment_id("tiny [interpreter]")
-    identity = Identity("interpreter", kernel, get_variant(kernel).source_hash, IDENTITY.problem_key, "tf32")
+    identity = Identity("interpreter", kernel, get_variant(kernel).source_hash, IDENTITY.problem_key, precision)
     run = t.start_run(exp, meta.short(), {**identity.tags(), "status": status, **tags})
     t.log(run, params=meta.as_dict(), metrics={"latency_ms": latency_ms} if status == Status.OK else {})
     t.end(run, Status.mlflow(status))
@@ -304,10 +304,24 @@ def test_the_previous_pin_in_the_provenance_names_the_run_it_came_from(capsys, s
     assert prov["previous"] == {"meta": Meta(64, 64, 32, 4, 2).as_dict(), "source": "pin", "run_id": first}
 
 
+def test_with_no_store_or_no_runs_for_the_key_promote_says_what_to_run_and_exits_1(capsys, tmp_path, store, pins_file):
+    before = pins_file.read_text() if pins_file.exists() else None
+    missing = f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"
+    status = run_promote(compose("problem=tiny", f"tracking.uri={missing}", f"pins_file={pins_file}"))
+    out = capsys.readouterr().out
+    assert status == 1 and "no store at" in out and "python run.py -m problem=tiny kernel=implicit_gemm" in out
+    assert not (tmp_path / "none" / "mlflow.db").exists()  # no store made
+    status, out = promote_here(capsys, store, pins_file, "precision=ieee")
+    assert status == 1 and "no finished, correct runs of implicit_gemm for" in out and "precision=ieee" in out
+    assert "| role |" not in out  # no contest
+    assert (pins_file.read_text() if pins_file.exists() else None) == before  # nothing written
+
+
 def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins_file):
     """ieee on the interpreter: torch's CPU convolution is exactly what torch computes there, and far faster than an
     interpreted kernel, so it wins against the kernel's default; the next promote keeps it."""
     ieee_key = KEY.replace("/tf32", "/ieee")
+    record(store, get_variant("implicit_gemm").default_meta(20, 1, 17, "ieee"), 50.0, precision="ieee")  # a sweep's run
     status, out = promote_here(capsys, store, pins_file, "precision=ieee")
     assert status == 0, out
     assert re.search(r"^\| torch \(winner\) \| torch\.nn\.functional\.conv2d \(cuDNN on a GPU\) \|", out, re.M), out
@@ -315,6 +329,8 @@ def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins
     entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][ieee_key]
     assert entry["backend"] == "torch" and "meta" not in entry
     assert entry["provenance"]["previous"]["source"] == "kernel default" and entry["provenance"]["gain"] > 0.02
+    assert "next: the pins file" in out and "now pins" in out and "the library runs torch's convolution" in out
+    assert "decision run: mlflow ui --backend-store-uri" in out
     assert entry["provenance"]["run_id"] is None  # torch's timing is the contest's own, not a run's
     before = pins_file.read_text()
     status, out = promote_here(capsys, store, pins_file, "precision=ieee")

@@ -71,7 +71,7 @@ def test_the_same_configurations_run_through_submitits_local_executor(tmp_path, 
     assert sorted(run.data.tags["job"] for run in runs) == ["0", "1", "2", "3"]
     assert len({run.data.tags["batch_job"] for run in runs}) == 4  # submitit's job id: where each job's log is
     assert parent.data.tags["summary_rows"] == "4" and parent.info.status == "FINISHED"
-    assert r.stdout.count(" ok (interpreter)") == 4  # each job's own line, printed when it ends
+    assert r.stdout.count(" ok (interpreter: CPU host time") == 4  # each job's own line, printed when it ends
     assert "Job completed successfully" not in r.stdout  # submitit's own log stays in the job's files
 
 

@@ -89,8 +89,11 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     interrupts.checkpoint("job_finished")
     where = f"[{job.number}/{job.total or '?'}] {job.setup.label()} →"
     if status == Status.OK:
-        log.info(f"{where} {metrics[Metric.LATENCY_MS]:.3f} ms, {metrics[Metric.TFLOPS]:.3g} TFLOPS, ok"
-                 + (f" ({job.setup.device})" if job.setup.interpreted else ""))
+        gbps = metrics.get(Metric.GBPS)
+        log.info(f"{where} {metrics[Metric.LATENCY_MS]:.3f} ms, {metrics[Metric.TFLOPS]:.3g} TFLOPS"
+                 + (f", {gbps:.0f} GB/s" if gbps is not None and gbps >= 100 else f", {gbps:.3g} GB/s"
+                    if gbps is not None else "") + ", ok"
+                 + (" (interpreter: CPU host time, for testing the pipeline)" if job.setup.interpreted else ""))
         return metrics[Metric.LATENCY_MS]
     log.info(f"{where} {status}: " + (f"{error_type}: {message}" if status == Status.FAILED else message))
     if not job.multirun:

@@ -57,6 +57,8 @@ class Tag:
     ERROR_TYPE = "error.type"
     ERROR_MESSAGE = "error.message"
     PROMOTED = "convtune.promoted"  # set on the run whose configuration became the pin
+    WINNER = "convtune.winner"  # "true" on a sweep's fastest correct run (track/dashboard.py)
+    NOTE = "mlflow.note.content"  # MLflow's run description (markdown): a sweep parent's dashboard
     RESUMED_FROM = "resumed_from"  # a sweep's child that repeats an earlier run's record instead of measuring
     # a sweep's parent run
     SWEEP_DIR = "sweep_dir"

@@ -24,7 +24,8 @@ from convtune.setup import Target, experiment_name, git_tags, planned_device, re
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.sweep_state import SWEEP_ENV, SweepState, claim_folder
-from convtune.track.store import Tracker, resolve_uri, say_reaped, ui_link
+from convtune.track import dashboard
+from convtune.track.store import UI_DEFAULT, Tracker, resolve_uri, say_reaped, ui_link
 
 # Launchers that run every job on this host, in this process's environment: the device this process resolves
 # is the jobs' device. Any other (hydra/launcher=slurm and slurm_local through submitit, Ray, RQ) runs its jobs
@@ -112,11 +113,16 @@ def varied_keys(jobs: list[list[str]]) -> list[str]:
     return [k for k, v in values.items() if len(v) > 1]
 
 
-def browse_hint(uri: str, experiment_id: str) -> str:
-    """Where to see the sweep: the UI page of its runs in the model-training view (track.store.ui_link)."""
-    if uri.startswith(("http://", "https://")):
-        return f"browse: {ui_link(experiment_id, uri.rstrip('/'))}"
-    return f"browse: mlflow ui --backend-store-uri {shlex.quote(uri)}   then {ui_link(experiment_id)}"
+def browse_hint(uri: str, experiment_id: str, parent_run_id: Optional[str] = None) -> str:
+    """Where to see the sweep: its parent run's page, the dashboard (track/dashboard.py), and on a second line its
+    runs table sorted by latency; without a parent, the experiment's runs in the model-training view."""
+    server = uri.startswith(("http://", "https://"))
+    base = uri.rstrip("/") if server else UI_DEFAULT
+    page = dashboard.run_link(experiment_id, parent_run_id, base + "/") if parent_run_id else ui_link(experiment_id, base)
+    first = f"browse: {page}" if server else f"browse: mlflow ui --backend-store-uri {shlex.quote(uri)}   then {page}"
+    if parent_run_id is None:
+        return first
+    return first + f"\nruns by latency: {dashboard.runs_by_latency(experiment_id, parent_run_id, base + '/')}"
 
 
 def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> str:
@@ -141,18 +147,24 @@ def record_total_jobs(config: DictConfig, total: int) -> None:
             Tracker(state.tracking_uri).log(state.parent_run_id, tags={Tag.TOTAL_JOBS: total})
 
 
-def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) -> None:
-    """roofline.png and latency.png on the parent run (one problem per sweep; a suite gets neither)."""
+def _log_plots(tracker: Tracker, state: SweepState, runs: list[dict[str, Any]]) -> list[str]:
+    """latency.png, importance.png (latency against each swept parameter) and roofline.png on the parent run (one
+    problem per sweep; a suite gets none); their names."""
     from convtune.track import plots
 
     if len({RunView(r).problem for r in runs}) != 1:
-        return
+        return []
     first = RunView(runs[0])
     title = f"{first.problem} · {first.tag(Tag.DEVICE, '?')} · {first.param(Param.PRECISION)}"
-    for name, fig in (("roofline.png", plots.roofline(runs, title)), ("latency.png", plots.latency_by_config(runs, title))):
+    logged = []
+    for name, fig in (("latency.png", plots.latency_by_config(runs, title)),
+                      ("importance.png", plots.latency_by_parameter(runs, title)),  # latency against each knob
+                      ("roofline.png", plots.roofline(runs, title))):
         if fig is not None:
             tracker.log_figure(state.parent_run_id, fig, name)
             plots.plt.close(fig)
+            logged.append(name)
+    return logged
 
 
 def finalize(state: SweepState, status: str) -> str:
@@ -170,7 +182,15 @@ def _finalize(state: SweepState, status: str) -> str:
     c["resumed"] = sum(1 for r in runs if RunView(r).tag(Tag.RESUMED_FROM))
     best = summary.ranked(runs)[0] if c[Status.OK] else None
     tracker.log_text(state.parent_run_id, table + "\n", "summary.md")
-    _log_plots(tracker, state, runs)
+    plotted = _log_plots(tracker, state, runs)
+    # the parent run's Overview is the sweep's dashboard (track/dashboard.py); the winner's run is tagged
+    interpreted = any(RunView(r).tag(Tag.DEVICE) == "interpreter" for r in runs)
+    if interpreted:
+        table += "\n" + summary.INTERPRETER_NOTE
+    note, winner = dashboard.tags(runs, state.experiment_id, state.parent_run_id, interpreted, plotted)
+    tracker.log(state.parent_run_id, tags=note)
+    if winner is not None:
+        tracker.log(winner, tags={dashboard.WINNER: "true"})
     if len({RunView(r).problem for r in runs}) > 1:
         by_problem = summary.per_problem(runs)
         tracker.log_text(state.parent_run_id, by_problem + "\n", "per_problem.md")
@@ -280,7 +300,7 @@ class SweepCallback(Callback):
                 if getattr(self, "_on_kill", None) is not None:
                     self._on_kill.cancel()
             print(table, flush=True)
-            print(browse_hint(state.tracking_uri, state.experiment_id), flush=True)
+            print(browse_hint(state.tracking_uri, state.experiment_id, state.parent_run_id), flush=True)
         if config.promote.after_sweep and not config.hydra.launcher.get("dry_run"):
             from convtune.tune.promote import run_promote
 

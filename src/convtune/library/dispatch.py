@@ -167,7 +167,7 @@ def _contest(p: ConvProblem, precision: str, device: Any, candidates: list[pins.
                               "cuda" if on_gpu else "cpu", check="kernelbench")
             d = contest.decide(them, MIN_GAIN, CONFIDENCE)
             torch_ms, ours = them[0].median_ms, them[1]
-            if ours.error is not None:  # on this GPU it cannot run (shared memory per block, say)
+            if ours.launched is False:  # on this GPU it cannot run (shared memory per block, say)
                 lines.append(f"{pin.short()}: cannot run here ({ours.error})")
                 continue
             if ours.correct is False:

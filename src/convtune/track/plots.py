@@ -3,6 +3,7 @@ configuration. Pure matplotlib on run dicts (no torch), headless (Agg)."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Optional
 
 import matplotlib
@@ -72,5 +73,35 @@ def latency_by_config(runs: list[dict[str, Any]], title: str) -> Optional[Figure
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
               labels=[f"num_warps={w}" for w in colours], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+
+def latency_by_parameter(runs: list[dict[str, Any]], title: str) -> Optional[Figure]:
+    """The importance view (as W&B sweeps and the Optuna dashboard draw one): for each launch parameter the sweep
+    varied, every correct run's latency against that parameter's value, with the median per value joined by a line,
+    so that which knob moves latency, and which way, shows at a glance. None where no parameter varies."""
+    ok = _ok(runs)
+    varied = [k for k in KNOBS if len({r.param(k) for r in ok}) > 1]
+    if not ok or not varied:
+        return None
+    fig, axes = plt.subplots(1, len(varied), figsize=(3.2 * len(varied) + 0.6, 3.4), sharey=True, squeeze=False)
+    for ax, key in zip(axes[0], varied):
+        values = sorted({int(r.param(key)) for r in ok})
+        by_value = {v: sorted(r.latency_ms for r in ok if int(r.param(key)) == v) for v in values}
+        xs = list(range(len(values)))
+        for x, v in zip(xs, values):
+            ys = by_value[v]
+            ax.scatter([x] * len(ys), ys, s=14, color=plt.cm.viridis(0.3), alpha=0.7)
+        medians = [statistics.median(by_value[v]) for v in values]
+        ax.plot(xs, medians, color=plt.cm.viridis(0.8), marker="o", lw=1.5, label="median")
+        ax.set_xticks(xs, [str(v) for v in values], fontsize=8)
+        ax.set_xlabel(key, fontsize=9)
+    axes[0][0].set_ylabel("latency (ms)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"latency against each swept parameter · {title}", fontsize=9)
     fig.tight_layout()
     return fig

@@ -42,6 +42,9 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 UI_DEFAULT = "http://127.0.0.1:5000"
 # MLflow logs a database error with its whole traceback before raising it; convtune says it in one line (StoreError).
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # where `mlflow ui` serves by default
+# urllib3 warns of each retry of an unreachable server ("Retrying ... NewConnectionError") before MLflow gives up;
+# convtune then says it in one line (one_line), so the retries' own lines are noise
+logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def ui_link(experiment_id: str, base: str = UI_DEFAULT) -> str:

@@ -8,10 +8,13 @@ from typing import Any, Iterable
 
 from convtune.record import Metric, Param, RunView, Status, Tag
 
-__all__ = ["counts", "markdown", "per_problem", "ranked", "rows"]
+__all__ = ["INTERPRETER_NOTE", "counts", "markdown", "per_problem", "ranked", "rows"]
 
-COLUMNS = ("rank", "config", "status", "latency_ms", "p20–p80 ms", "cv", "tflops", "% peak",
+COLUMNS = ("rank", "config", "status", "latency_ms", "p20–p80 ms", "cv", "TFLOPS", "GB/s", "% peak",
            "vs cuDNN", "rel_err", "note")
+# what the printed table and the dashboard say under a sweep of interpreter runs
+INTERPRETER_NOTE = ("(interpreter) CPU host times through Triton's interpreter: for testing the pipeline, meaningless "
+                    "for a GPU; TFLOPS and GB/s follow from them")
 
 
 def _views(runs: Iterable[Any]) -> list[RunView]:
@@ -30,17 +33,24 @@ def _fmt(v: Any, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
 
+def _sig(v: Any) -> str:
+    """Three significant digits: an interpreter's 6.5e-06 TFLOPS is not "0.0"."""
+    if v is None:
+        return ""
+    return f"{v:.0f}" if abs(v) >= 100 else format(v, ".3g")
+
+
 def rows(runs: Iterable[Any]) -> list[list[str]]:
     out = []
     for i, r in enumerate(ranked(runs), 1):
         m = r.metric
         p20, p80 = m(Metric.LATENCY_P20_MS), m(Metric.LATENCY_P80_MS)
-        spread = f"{p20:.3f}–{p80:.3f}" if p20 is not None and p80 is not None else ""
+        spread = ("" if p20 is None or p80 is None else "one call" if p20 == p80 else f"{p20:.3f}–{p80:.3f}")
         speedup = m(Metric.SPEEDUP_VS_CUDNN)
         out.append([
             str(i) if r.ok else "-", r.config_label(), r.status,
             _fmt(r.latency_ms, ".4f"), spread, _fmt(m(Metric.LATENCY_CV), ".2%"),
-            _fmt(m(Metric.TFLOPS), ".1f"), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
+            _sig(m(Metric.TFLOPS)), _sig(m(Metric.GBPS)), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
             _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),
             _fmt(m(Metric.REL_ERR), ".1e"),
             (r.tag(Tag.ERROR_MESSAGE) or (f"resumed from {r.tag(Tag.RESUMED_FROM)[:8]}" if r.tag(Tag.RESUMED_FROM) else ""))[:90],

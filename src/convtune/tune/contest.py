@@ -43,7 +43,8 @@ class Contender:
     rounds_ms: list[float] = field(default_factory=list)
     idle_ms: list[float] = field(default_factory=list)  # per round: one call from an idle GPU, host cost included
     kernel: Optional[KernelVariant] = None  # the kernel `meta` configures (None for TORCH)
-    error: Optional[str] = None  # why it could not run (remeasure), in one line
+    error: Optional[str] = None  # why it failed (remeasure): its launch's error, or the check's verdict, in one line
+    launched: Optional[bool] = None  # False: its launch raised (it cannot run here: shared memory, say)
 
     @property
     def median_ms(self) -> Optional[float]:
@@ -89,8 +90,13 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
                 out = result if c.meta == TORCH else out  # the kernel wrote into the poisoned `out`
                 verdict = judge(out, p, x, w, b, precision, tol, check)  # type: ignore[arg-type]
                 c.rel_err, c.correct = verdict.metrics.get("rel_err"), verdict.ok
+                if not verdict.ok:
+                    c.error = verdict.message.splitlines()[0][:200] if verdict.message else "fails the check"
+                    if c.meta == TORCH and dev.type != "cuda":
+                        c.error = ("on the CPU torch's convolution is fp32, and the check's reference is cuDNN's TF32 "
+                                   "rule (emulated): torch is the judge's reference only on a GPU")
             except Exception as e:  # noqa: BLE001 - a contender that no longer runs (or cannot here) simply loses
-                c.correct = False
+                c.correct, c.launched = False, False
                 c.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             if c.correct:
                 calls.append((c, call))
@@ -212,7 +218,7 @@ def table(contenders: list[Contender], decision: Decision) -> str:
     for c in sorted(contenders, key=lambda c: (c.median_ms is None, c.median_ms or 0.0)):
         role = c.role + (" (winner)" if decision.promote and decision.winner is c else "")
         remeasured = statistics.median(c.rounds_ms) if c.rounds_ms else None
-        correct = "" if c.correct is None else ("yes" if c.correct else "NO")
+        correct = "—" if c.correct is None else ("yes" if c.correct else f"NO: {c.error or 'fails the check'}")
         idle = statistics.median(c.idle_ms) if c.idle_ms else None
         rows.append(f"| {role} | {c.label} | {_cell(c.logged_ms, '.4f')} | {_cell(remeasured, '.4f')} | "
                     f"{len(c.rounds_ms)} | {_cell(idle, '.4f')} | {_cell(c.rel_err, '.1e')} | {correct} | {c.run_id or ''} |")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -79,9 +80,19 @@ def run_promote(cfg: DictConfig) -> int:
         from convtune.kernels import pins
 
         pins.check_writable(setup.pins_path)
+    store_file = setup.tracking_uri[len("sqlite:///"):] if setup.tracking_uri.startswith("sqlite:///") else None
+    if store_file is not None and not Path(store_file).exists():  # nothing swept: no store is made, no contest run
+        print(f"promote: no store at {setup.tracking_uri}: nothing has been swept there yet; sweep the key first:\n"
+              f"  {sweep_command(setup)}")
+        return 1
     tracker = Tracker(setup.tracking_uri)
     say_reaped(tracker.reap_orphans())
     c = gather(setup, tracker)
+    if not c.runs:
+        print(f"promote: no finished, correct runs of {', '.join(k.name for k in contested_kernels(setup))} for "
+              f"{c.key} on {c.gpu} in {setup.tracking_uri}: nothing to contest; sweep the key first:\n"
+              f"  {sweep_command(setup)}")
+        return 1
     remeasured, refusal = False, None
     if p.remeasure and c.gpu == setup.gpu:
         rounds, reps = setup.contest_timing(p.rounds, p.reps)
@@ -93,8 +104,9 @@ def run_promote(cfg: DictConfig) -> int:
                    "no pin is written (promote.remeasure=false writes from logged numbers)")
     decision = contest.decide(c.contenders, p.min_gain, p.confidence)
     report = contest.table(c.contenders, decision)
-    print(f"promote: {setup.problem.name} ({c.key}) · {describe_kernels(setup)} · {c.gpu} · {len(c.runs)} "
-          f"candidate run(s){'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
+    print(f"promote: {setup.problem.name} ({c.key}) · {describe_kernels(setup)} · {c.gpu} · {len(c.runs)} run(s) "
+          f"of the key in the store, {len(c.contenders)} contender(s) below"
+          f"{'' if remeasured else ' · NOT re-measured: logged numbers'}\n{report}")
     promoted = decision.promote and refusal is None and not p.dry_run
     diff = ""
     if promoted:
@@ -106,8 +118,33 @@ def run_promote(cfg: DictConfig) -> int:
             promoted, refusal = False, str(e)
     if refusal:
         print(f"refused: {refusal}")
-    record_decision(setup, tracker, c, decision, report, diff, "promoted" if promoted else "kept", refusal)
+    run = record_decision(setup, tracker, c, decision, report, diff, "promoted" if promoted else "kept", refusal)
+    print(next_step(setup, tracker, c, promoted, run))
     return 1 if refusal else 0
+
+
+def sweep_command(setup: Setup) -> str:
+    """The sweep that gives promote runs to weigh for this key."""
+    precision = "" if setup.precision == "tf32" else f" precision={setup.precision}"
+    return (f"python run.py -m problem={setup.problem.name} kernel={setup.cfg.kernel.name}{precision} num_warps=4,8 "
+            f"tracking.uri={setup.tracking_uri}")
+
+
+def next_step(setup: Setup, tracker: Tracker, c: Contest, promoted: bool, run_id: str) -> str:
+    """What changed in the pins, what the library now runs for the key on its GPU, and the decision's run."""
+    from convtune.kernels import choose, pins
+    from convtune.track import dashboard
+    from convtune.track.store import UI_DEFAULT
+
+    now = choose(setup.pins_path, c.gpu, setup.problem, setup.precision)
+    runs = "torch's convolution" if now.value == pins.TORCH else f"convtune's {pins.describe(now.value)}"
+    changed = (f"the pins file {setup.pins_path} now pins {c.key} on {c.gpu}" if promoted
+               else f"the pins file {setup.pins_path} is unchanged")
+    server = setup.tracking_uri.startswith(("http://", "https://"))
+    experiment = tracker.experiment_id(setup.experiment())
+    link = dashboard.run_link(experiment, run_id, (setup.tracking_uri.rstrip("/") if server else UI_DEFAULT) + "/")
+    where = link if server else f"mlflow ui --backend-store-uri {setup.tracking_uri}   then {link}"
+    return f"next: {changed}; the library runs {runs} for that key there ({now.source}).\ndecision run: {where}"
 
 
 def contested_kernels(setup: Setup) -> list[Any]:
@@ -212,7 +249,7 @@ def _rounded(v: Optional[float]) -> Optional[float]:
 
 
 def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, report: str, diff: str,
-                    outcome: str, refusal: Optional[str]) -> None:
+                    outcome: str, refusal: Optional[str]) -> str:
     """The decision as an MLflow run (kind=promote) beside the runs it weighed, with contest.md and pins.diff."""
     p, problem = setup.cfg.promote, setup.problem
     run = tracker.start_run(tracker.experiment_id(setup.experiment()), f"promote {problem.name}",
@@ -227,3 +264,4 @@ def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, r
     if diff:
         tracker.log_text(run, diff, "pins.diff")
     tracker.end(run, "FINISHED")
+    return run
