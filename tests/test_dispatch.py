@@ -3,6 +3,7 @@ use, tuning on first use, else torch; the overlay refused whole where broken or 
 for real here, through the Triton interpreter on CPU host times (the GPU machine runs them on the GPU)."""
 
 import logging
+import re
 
 import pytest
 import torch
@@ -98,6 +99,17 @@ def test_a_broken_or_foreign_overlay_is_refused_in_one_line_and_ignored_whole(pi
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and why in lines[0] and "ignored whole" in lines[0] and "\n" not in lines[0]
     assert overlay.keep(H100, "implicit_gemm", KEY, pins.TORCH, {}) is None and path.read_text() == text
+
+
+@pytest.mark.parametrize("env, value, allowed", [(dispatch.BUDGET_ENV, "soon", "a number of seconds >= 0"),
+                                                 (dispatch.BUDGET_ENV, "-1", "a number of seconds >= 0"),
+                                                 (dispatch.FAMILY_ENV, "maybe", "on (check a family pin")])
+def test_a_bad_setting_is_refused_naming_the_variable_the_value_and_what_is_allowed(monkeypatch, env, value, allowed):
+    from convtune.errors import ConfigError
+
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError, match=rf"{env}='{value}' is not allowed: {re.escape(allowed)}"):
+        dispatch.budget_s() if env == dispatch.BUDGET_ENV else dispatch.family_checks()
 
 
 def test_tuning_on_first_use_is_off_by_default_and_on_by_the_switch_or_the_environment(pinned_on_h200, monkeypatch):

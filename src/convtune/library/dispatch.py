@@ -28,6 +28,7 @@ import os
 import time
 from typing import Any, Optional
 
+from convtune.errors import ConfigError
 from convtune.kernels import Choice, choose, get_variant, library_variant, pins
 from convtune.library import overlay
 from convtune.problem import ConvProblem
@@ -54,10 +55,23 @@ def tuning() -> bool:
 
 
 def budget_s() -> float:
+    """CONVTUNE_TUNE_BUDGET_S, seconds a first-use contest may take per shape (ConfigError for anything else)."""
+    value = os.environ.get(BUDGET_ENV, "")
     try:
-        return float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S))
+        budget = float(value) if value else DEFAULT_BUDGET_S
     except ValueError:
-        return DEFAULT_BUDGET_S
+        budget = -1.0
+    if not budget >= 0:
+        raise ConfigError(BUDGET_ENV, value, "a number of seconds >= 0 (default 30)")
+    return budget
+
+
+def family_checks() -> bool:
+    """Whether a family pin is checked on first use (CONVTUNE_FAMILY: on, the default, or off)."""
+    value = os.environ.get(FAMILY_ENV, "on").lower() or "on"
+    if value not in ("on", "off"):
+        raise ConfigError(FAMILY_ENV, value, "on (check a family pin on its first use) or off (torch until pinned)")
+    return value == "on"
 
 
 def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
@@ -86,7 +100,7 @@ def _verify_family(p: ConvProblem, gpu: str, c: Choice, precision: str, section:
     """A family pin's first use on this GPU: its kernel against torch on the call's shape, once; the outcome kept."""
     if c.value == pins.TORCH:  # torch won the key on the family's GPU: torch runs, nothing to check
         return pins.TORCH, c.source
-    if os.environ.get(FAMILY_ENV, "").lower() == "off" or overlay.path_for(gpu) is None:
+    if not family_checks() or overlay.path_for(gpu) is None:
         return pins.TORCH, (f"{c.source}, not verified on {gpu} ({FAMILY_ENV}=off or {overlay.ENV}=off): torch until "
                             "it is")
     pin = c.value if isinstance(c.value, pins.KernelPin) else pins.KernelPin(section, c.value)
