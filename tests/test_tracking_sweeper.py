@@ -225,3 +225,11 @@ def test_a_job_refuses_a_state_file_of_another_sweep(tmp_path, store, monkeypatc
         SweepState.of_this_sweep(tmp_path)
     monkeypatch.setenv(SWEEP_ENV, theirs.parent_run_id)
     assert SweepState.of_this_sweep(tmp_path) == theirs
+
+
+def test_latency_tflops_and_gbps_are_a_runs_first_metrics_as_mlflow_lists_them(store):
+    """MLflow's compare view colours its parallel-coordinates plot by a run's first metric (it was rel_err)."""
+    t = Tracker(store)
+    run = t.start_run(t.experiment_id("order"), "r", {})
+    t.log(run, metrics={"rel_err": 1e-4, "compile_s": 2.0, "gbps": 3.0, "latency_ms": 0.29, "tflops": 185.0})
+    assert list(t.client.get_run(run).data.metrics)[:3] == ["latency_ms", "tflops", "gbps"]

@@ -23,7 +23,7 @@ from mlflow.utils.time import get_current_time_millis
 from convtune import interrupts
 from convtune.errors import StoreError
 from convtune.track import sqlite_store
-from convtune.record import Status, Tag
+from convtune.record import Metric as RecordMetric, Status, Tag
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
@@ -190,7 +190,7 @@ class Tracker:
         now = get_current_time_millis()
         self.client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
+            metrics=[Metric(k, float(v), now, 0) for k, v in _shown_first(metrics or {})
                      if v is not None and not (isinstance(v, float) and math.isnan(v))],
             params=[Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
@@ -243,6 +243,12 @@ class Tracker:
         runs = self.client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'",
                                        max_results=50000)
         return [_as_dict(r) for r in runs]
+
+
+def _shown_first(metrics: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A run's metrics with latency, TFLOPS and GB/s first (record.Metric.SHOWN_FIRST: why), the rest as given."""
+    first = RecordMetric.SHOWN_FIRST
+    return sorted(metrics.items(), key=lambda kv: first.index(kv[0]) if kv[0] in first else len(first))
 
 
 def _as_dict(run: Any) -> dict[str, Any]:
