@@ -143,3 +143,16 @@ def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_
     entry = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"][pins.pin_key(other.key(), "ieee")]
     assert entry["provenance"]["rule"] == "tuned on first use" and entry["provenance"]["candidates"] == len(candidates)
     assert "tuned" in caplog.text and "candidates" in caplog.text
+
+
+def test_tuning_on_first_use_for_a_training_call_keeps_its_winner_under_the_plain_key(pinned_on_h200, monkeypatch):
+    """The first-use contest times forward calls: what it finds is no "+train" measurement."""
+    other = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False, layout="nchw")
+    monkeypatch.setenv(dispatch.BUDGET_ENV, "0")
+    convtune.tune_on_first_use(True)
+    try:
+        dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu"))
+    finally:
+        dispatch._tune = None
+    kept = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"]
+    assert list(kept) == [pins.pin_key(other.key(), "ieee")]

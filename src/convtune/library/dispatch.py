@@ -91,7 +91,8 @@ def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], prec
     if c.rule == "family":
         return _verify_family(p, gpu, c, precision, home.name, device)
     if c.rule == "torch" and tuning() and capability is not None:
-        return _tune_here(p, gpu, capability, c, precision, home.name, keys[0], device)
+        # the contest times forward calls: its winner is the plain key's, which a training call falls back to
+        return _tune_here(p, gpu, capability, c, precision, home.name, keys[-1], device)
     return c.value, c.source
 
 
