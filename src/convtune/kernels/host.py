@@ -23,7 +23,6 @@ import torch
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.common import (
-    ConvGeometry,
     Launched,
     Meta,
     bound_runner,
@@ -201,5 +200,4 @@ def one_image(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     return OneImage(xs, ws, bs, outs)
 
 
-__all__ = ["Host", "BoundLaunches", "Binary", "OneImage", "one_image", "alignment_key", "without_input",
-           "ConvGeometry"]
+__all__ = ["Host", "BoundLaunches", "Binary", "OneImage", "one_image", "alignment_key", "without_input"]

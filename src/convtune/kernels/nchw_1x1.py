@@ -40,7 +40,8 @@ from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image,
 from convtune.kernels.common import log_uniform_int
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta, WeightCache
-from convtune.kernels.precision import round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
+from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits,
+                                       round_tf32_even_ptx, round_to_tf32_even)
 from convtune.kernels.selfcheck import agrees
 
 RESTRICTED_TO = "precision tf32, a 1x1 kernel, stride 1, padding 0, up to 65535 images"
@@ -272,11 +273,7 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
                 meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
 
 
-# On a GPU it needs compute capability 9.0: its TF32 rounding (precision.round_tf32_even_ptx, and the layout copy's) is
-# PTX's cvt.rn.tf32.f32, which ptxas refuses for sm_80 and sm_89 (tests/test_portability.py compiles for both)
-HOPPER = (9, 0)
-
 register(KernelVariant("nchw_1x1", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                        compute_capability=HOPPER, previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case,
+                        compute_capability=CVT_RN_TF32_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case,
                         library=HOST, space=SPACE,
                         entry_points=("_conv2d_1x1_kernel",)))

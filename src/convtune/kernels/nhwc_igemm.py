@@ -30,7 +30,7 @@ from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta, WeightCache, safe_stages
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.layout import to_channels_last
-from convtune.kernels.precision import (dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
+from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
                                         round_to_tf32_even, rounds_operands)
 from convtune.kernels.selfcheck import agrees
 
@@ -279,16 +279,12 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_kernel, round_tf32_even_bit
 PREVIOUS_SOURCE_HASHES = ("1561370120da",)
 
 
-# On a GPU it needs compute capability 9.0: its TF32 rounding (precision.round_tf32_even_ptx, and the layout copy's) is
-# PTX's cvt.rn.tf32.f32, which ptxas refuses for sm_80 and sm_89 (tests/test_portability.py compiles for both)
-HOPPER = (9, 0)
-
 register(KernelVariant(
     "nhwc_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=HOST, compute_capability=HOPPER,
+    library=HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
     entry_points=("_conv2d_nhwc_kernel",)))
 register(KernelVariant(
     "nhwc_preround", launch_preround, default_meta_preround, SOURCE_HASH, TF32_TIES, prepared_preround,
     previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=PREROUND_HOST, compute_capability=HOPPER,
+    library=PREROUND_HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
     entry_points=("_conv2d_nhwc_kernel",)))

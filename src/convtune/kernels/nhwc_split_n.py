@@ -36,7 +36,7 @@ from convtune.kernels.layout import to_channels_last
 from convtune.kernels.nhwc_igemm import GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight, \
     packed_weight, tma_fits
 from convtune.kernels.nhwc_streamk import _store_tile, _tile_at, _tile_sum
-from convtune.kernels.precision import (dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
+from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
                                         rounds_operands)
 from convtune.kernels.selfcheck import agrees
 
@@ -256,10 +256,6 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_split_n_kernel, layout._nch
 PREVIOUS_SOURCE_HASHES = ("e24536d95a6e",)
 
 
-# On a GPU it needs compute capability 9.0: its TF32 rounding (precision.round_tf32_even_ptx, and the layout copy's) is
-# PTX's cvt.rn.tf32.f32, which ptxas refuses for sm_80 and sm_89 (tests/test_portability.py compiles for both)
-HOPPER = (9, 0)
-
 register(KernelVariant("nhwc_split_n", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST, compute_capability=HOPPER,
+                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
                         entry_points=("_conv2d_nhwc_split_n_kernel",)))

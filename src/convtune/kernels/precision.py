@@ -95,6 +95,11 @@ def round_tf32_even_bits(x):
     return ((bits + 0xFFF + ((bits >> 13) & 1)) & -8192).to(tl.float32, bitcast=True)
 
 
+# The compute capability round_tf32_even_ptx needs on a GPU: PTX's cvt.rn.tf32.f32 is sm_90; ptxas refuses it for sm_80
+# and sm_89 (tests/test_portability.py compiles for both). A kernel that rounds with it, or whose input copy does
+# (kernels/layout.py), declares this as its KernelVariant.compute_capability.
+CVT_RN_TF32_CAPABILITY = (9, 0)
+
 @triton.jit
 def round_tf32_even_ptx(x):
     """round_tf32_even_bits in one instruction, PTX's cvt.rn.tf32.f32 (sm_90). In nhwc_igemm's K loop the integer
