@@ -1,10 +1,10 @@
-"""Promote's decision (tune/contest.decide), every branch, on contenders as a contest leaves them."""
+"""Promote's decision (measure/contest.decide), every branch, on contenders as a contest leaves them."""
 
 import pytest
 
 from convtune.kernels import Meta
 from convtune.kernels.pins import TORCH
-from convtune.tune.contest import Contender, bootstrap_ratio, decide
+from convtune.measure.contest import Contender, bootstrap_ratio, decide
 
 PIN, A, B = Meta(128, 128, 16, 4, 6), Meta(64, 128, 32, 4, 3), Meta(128, 64, 32, 8, 3)
 
@@ -82,7 +82,7 @@ def test_the_kernel_keeps_the_key_where_it_wins_both_ways_or_torch_is_not_min_ga
 def test_a_kernel_replaces_a_torch_pin_only_if_it_also_wins_from_an_idle_gpu():
     pinned = c(TORCH, "pin", SLOW_GPU, idle=[0.34] * 4)
     d = decide([pinned, c(A, "candidate", FAST_GPU, idle=[0.337] * 4)], 0.02, 0.95)  # 0.9 % faster from idle
-    assert not d.promote and d.winner is pinned and d.reason.startswith("the current pin (torch) stays: the kernel is not 2 %")
+    assert not d.promote and d.winner is pinned and d.reason.startswith("torch stays (the pin): the kernel is not 2 %")
     d = decide([c(TORCH, "pin", SLOW_GPU, idle=[0.34] * 4), c(A, "candidate", FAST_GPU, idle=[0.30] * 4)], 0.02, 0.95)
     assert d.promote and d.winner.meta == A
 

@@ -151,7 +151,7 @@ def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
 def test_a_read_only_pins_file_is_refused_before_the_contest(tmp_path, store, pins_file, monkeypatch):
     """issue 46: a read-only pins file or folder let promote run the whole contest and then fail with a 47-line
     traceback on pins.yaml.lock. Now it is one line, before anything is timed or recorded."""
-    from convtune.tune import contest
+    from convtune.measure import contest
 
     record(store, FAST, 1.0)
     monkeypatch.setattr(contest, "remeasure", lambda *a, **k: pytest.fail("the contest ran"))
@@ -270,7 +270,7 @@ def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm9
 def test_a_pin_changed_by_another_promote_meanwhile_is_not_overwritten(capsys, monkeypatch, store, pins_file):
     """Two promotes on one key: the second decided against a pin the first has since replaced. It writes nothing
     and says so (before, it overwrote the first's pin and named a stale `previous`)."""
-    from convtune.tune import contest
+    from convtune.measure import contest
 
     record(store, SLOW, 5.0)
     record(store, FAST, 0.5)
@@ -319,16 +319,26 @@ def test_with_no_store_or_no_runs_for_the_key_promote_says_what_to_run_and_exits
 
 def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins_file):
     """ieee on the interpreter: torch's CPU convolution is exactly what torch computes there, and far faster than an
-    interpreted kernel, so it wins against the kernel's default; the next promote keeps it."""
+    interpreted kernel. With no pin the library runs torch, so torch holds the key and nothing is written; a kernel
+    pin loses the key to torch; the next promote keeps torch."""
     ieee_key = KEY.replace("/tf32", "/ieee")
-    record(store, get_variant("implicit_gemm").default_meta(20, 1, 17, "ieee"), 50.0, precision="ieee")  # a sweep's run
+    default = get_variant("implicit_gemm").default_meta(20, 1, 17, "ieee")
+    record(store, default, 50.0, precision="ieee")  # a sweep's run
+    status, out = promote_here(capsys, store, pins_file, "precision=ieee")
+    assert status == 0, out
+    assert re.search(r"^\| unpinned \| torch\.nn\.functional\.conv2d \(cuDNN on a GPU\) \|", out, re.M), out
+    assert "decision: KEEP: the current holder, torch (no pin), is the fastest contender" in out, out
+    assert not pins_file.exists() or ieee_key not in pins_file.read_text()
+    assert "the library runs torch's convolution for that key" in out
+
+    pins.write_pin(pins_file, "interpreter", "implicit_gemm", ieee_key, default, {"date": "2026-11-27"})
     status, out = promote_here(capsys, store, pins_file, "precision=ieee")
     assert status == 0, out
     assert re.search(r"^\| torch \(winner\) \| torch\.nn\.functional\.conv2d \(cuDNN on a GPU\) \|", out, re.M), out
     assert "decision: PROMOTE" in out and "the library now runs torch's convolution" in out
     entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][ieee_key]
     assert entry["backend"] == "torch" and "meta" not in entry
-    assert entry["provenance"]["previous"]["source"] == "kernel default" and entry["provenance"]["gain"] > 0.02
+    assert entry["provenance"]["previous"]["source"] == "pin" and entry["provenance"]["gain"] > 0.02
     assert "next: the pins file" in out and "now pins" in out and "the library runs torch's convolution" in out
     assert "decision run: mlflow ui --backend-store-uri" in out
     assert entry["provenance"]["run_id"] is None  # torch's timing is the contest's own, not a run's

@@ -177,7 +177,7 @@ class _Address:
 
 # (address, images, C, H·W, tile) → the TMA descriptor of a CUDA input there: a descriptor is a function of these
 # alone, and a layer's input often comes back at the same address (PyTorch's caching allocator), so a call then makes
-# none (the host's work per call decides the contest from an idle GPU, tune/contest.py)
+# none (the host's work per call decides the contest from an idle GPU, measure/contest.py)
 _descriptors: dict[tuple, Any] = {}
 
 

@@ -3,7 +3,7 @@
 1. this GPU's per-user overlay (library/overlay.py): what a first-use check or first-use tuning proved here;
 2. the packaged pins' exact pin for this GPU (for a call recording gradients its "+train" pin first);
 3. a pin of this GPU's family (the same compute capability, or a family the pins file names: kernels/pins.py), used
-   only once verified on this GPU: on its first call a short contest (tune/contest.py: the tracker's timing and the
+   only once verified on this GPU: on its first call a short contest (measure/contest.py: the tracker's timing and the
    judge's matches-torch check) runs it against torch on the call's shape; it runs if it matched torch and was faster
    by the promote threshold, else torch runs; either way the outcome goes into the overlay and is not checked again;
 4. with tuning on first use turned on (tune_on_first_use, or CONVTUNE_TUNE=1): a bounded contest of torch against the
@@ -164,7 +164,7 @@ def _contest(p: ConvProblem, precision: str, device: Any, candidates: list[pins.
 
     from convtune.config import TOLERANCE
     from convtune.kernels import VARIANTS
-    import convtune.tune.contest as contest
+    import convtune.measure.contest as contest
 
     start = time.monotonic()
     best: Optional[tuple[float, pins.KernelPin, Any]] = None

@@ -2,11 +2,12 @@
 
 Candidates are FINISHED, correct (`status=ok`) runs for the same problem key, kernel variant, kernel source
 hash, precision and device name; with `kernel=library`, the runs of every kernel the library has
-(kernels.LIBRARY_KERNELS), so that the pin can name the faster kernel for the key. The current pin (or the
-kernel's default) is always in the contest, and so is torch's own convolution at the same precision unless
-promote.torch=false. A pin may therefore say `torch`: the library then runs torch's convolution for that key, so a
+(kernels.LIBRARY_KERNELS), so that the pin can name the faster kernel for the key. What the library runs for
+the key now is always in the contest: its pin, or for a key with no pin torch's own convolution (the library's
+dispatch runs torch there), which contends at the same precision in any case unless promote.torch=false (then an
+unpinned key's baseline is the kernel's default). A pin may therefore say `torch`: the library then runs torch's convolution for that key, so a
 shape our kernel loses on is never slower than torch.
-The top-k candidates and the pin are re-checked and re-timed head to head (convtune.tune.contest); only a gain
+The top-k candidates and the pin are re-checked and re-timed head to head (convtune.measure.contest); only a gain
 of at least promote.min_gain whose bootstrap lower bound also clears it is written, with its provenance.
 """
 
@@ -73,7 +74,7 @@ def run_promote(cfg: DictConfig) -> int:
     if setup.notice:
         print(setup.notice)
     setup.raise_error()
-    from convtune.tune import contest  # only after resolve: the device decides how kernels load
+    from convtune.measure import contest  # only after resolve: the device decides how kernels load
 
     p = cfg.promote
     if not p.dry_run:  # before the contest: its minutes are not spent on a decision that cannot be written
@@ -167,7 +168,7 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     """The pin and the top-k candidates: the fastest logged run of each (kernel, configuration), stale sources
     ignored unless promote.allow_stale."""
     from convtune.kernels import Meta, get_variant, pins
-    from convtune.tune.contest import Contender
+    from convtune.measure.contest import Contender
 
     p = setup.cfg.promote
     gpu = p.device_name or setup.gpu
@@ -175,7 +176,9 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
     # would fall back on: a pin is written for this key only.
     current = pins.entries(pins.load(setup.pins_path), gpu, section.name).get(key)
-    pin_value = pins.pinned(current) if current else section.default_meta(
+    # A key with no pin runs torch in the library (library/dispatch.py), so torch is what a candidate must beat
+    # there, the kernel's default included; with promote.torch=false (a study of the kernel alone) the default is.
+    pin_value = pins.pinned(current) if current else pins.TORCH if p.torch else section.default_meta(
         problem.out_channels, problem.stride[1], problem.width, setup.precision)
     pin_kernel, pin_meta = ((get_variant(pin_value.kernel), pin_value.meta) if isinstance(pin_value, pins.KernelPin)
                             else (None if pin_value == pins.TORCH else section, pin_value))
@@ -200,17 +203,24 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
                 best[k] = (kernel, r)
     ranked = sorted(best.items(), key=lambda kv: kv[1][1].latency_ms)
     pin_run = best.get((pin_kernel.name, pin_meta), (None, None))[1] if pin_kernel else None
-    contenders = [Contender(pin_meta, "pin" if current else "default", pin_run and pin_run.run_id,
-                            pin_run and pin_run.latency_ms, kernel=pin_kernel)]
+    pin_ms = _logged_torch_ms(runs) if pin_value == pins.TORCH else pin_run and pin_run.latency_ms
+    role = "pin" if current else "unpinned" if pin_value == pins.TORCH else "default"
+    contenders = [Contender(pin_meta, role, pin_run and pin_run.run_id, pin_ms,
+                            kernel=pin_kernel)]
     contenders += [Contender(m, "candidate", r.run_id, r.latency_ms, kernel=k)
                    for (name, m), (k, r) in ranked
                    if k in contested and (pin_kernel is None or (name, m) != (pin_kernel.name, pin_meta))][: p.top_k]
     if p.torch and pin_value != pins.TORCH:
-        # logged: the runs' cuDNN baseline in the key's layout (NCHW), timed with cudnn.benchmark on as the contest does
-        logged = [v for r in runs if (v := r.metric(Metric.CUDNN_NCHW_MS)) is not None]
-        contenders.append(Contender(pins.TORCH, "torch", None, min(logged) if logged else None))
+        contenders.append(Contender(pins.TORCH, "torch", None, _logged_torch_ms(runs)))
     return Contest(gpu, key, pin_value, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
                    runs, contenders)
+
+
+def _logged_torch_ms(runs: list[RunView]) -> Optional[float]:
+    """torch's logged time for the key: the runs' cuDNN baseline in the key's layout (NCHW), timed with
+    cudnn.benchmark on as the contest does."""
+    logged = [v for r in runs if (v := r.metric(Metric.CUDNN_NCHW_MS)) is not None]
+    return min(logged) if logged else None
 
 
 def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, remeasured: bool) -> str:
@@ -223,7 +233,8 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
         "run_id": w.run_id, "experiment": setup.experiment(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
-        "previous": {**pins.as_entry(c.pin_value), "source": "pin" if c.pinned else "kernel default",
+        "previous": {**pins.as_entry(c.pin_value), "source": "pin" if c.pinned else "unpinned" if c.pin_value == pins.TORCH
+                     else "kernel default",
                      **({"run_id": c.pin_run_id} if c.pinned else {})},
         # None where the pin was replaced for being wrong: there is no ratio to a wrong answer
         "gain": _rounded(decision.gain), "ratio_lower_bound": _rounded(decision.ratio_lo),

@@ -35,7 +35,7 @@ from convtune.problem import ConvProblem
 @dataclass
 class Contender:
     meta: Union[Meta, str]  # a configuration of `kernel`, or TORCH
-    role: str  # "pin", "default" (no pin yet), "candidate" or "torch"
+    role: str  # "pin", "default" or "unpinned" (no pin yet: the kernel's default, or torch), "candidate" or "torch"
     run_id: Optional[str] = None
     logged_ms: Optional[float] = None
     rel_err: Optional[float] = None
@@ -152,12 +152,21 @@ def bootstrap_ratio(pin_ms: list[float], cand_ms: list[float], confidence: float
     return statistics.median(ratios), lo, hi
 
 
+# the roles of the contender that holds the key now: its pin; with no pin, the kernel's default (promote.torch=false)
+# or torch, which the library runs for a key with no pin (library/dispatch.py)
+HOLDERS = ("pin", "default", "unpinned")
+
+
+def _holder(c: Contender) -> str:
+    return "holder, torch (no pin)," if c.role == "unpinned" else c.role
+
+
 def decide(contenders: list[Contender], min_gain: float, confidence: float) -> Decision:
     """Promote the fastest correct contender only if it beats the current pin (or default) by min_gain with
     the bootstrap's lower bound; with logged numbers only (no rounds), the point estimate must clear it. Where
     torch contends and was timed from an idle GPU too, convtune's kernel runs only if it wins that way as well
     (_counting_the_host)."""
-    pin = next(c for c in contenders if c.role in ("pin", "default"))
+    pin = next(c for c in contenders if c.role in HOLDERS)
     return _counting_the_host(_on_gpu_time(contenders, min_gain, confidence), contenders, pin, min_gain)
 
 
@@ -171,7 +180,7 @@ def _counting_the_host(d: Decision, contenders: list[Contender], pin: Contender,
     t, r = statistics.median(torch_c.idle_ms), statistics.median(runner.idle_ms)
     idle = f"from an idle GPU (host cost counted): torch {t:.4f} ms, {runner.label} {r:.4f} ms"
     if pin is torch_c and r * (1 + min_gain) > t:  # the kernel beat the torch pin on GPU time only
-        return Decision(False, f"the current pin (torch) stays: the kernel is not {100 * min_gain:.0f} % faster "
+        return Decision(False, f"torch stays ({'no pin' if pin.role == 'unpinned' else 'the pin'}): the kernel is not {100 * min_gain:.0f} % faster "
                                f"{idle}", pin, 0.0)
     if pin is not torch_c and r >= t * (1 + min_gain):
         return Decision(True, f"torch is {100 * (r / t - 1):.1f} % faster {idle}; on GPU time alone: {d.reason}",
@@ -180,17 +189,17 @@ def _counting_the_host(d: Decision, contenders: list[Contender], pin: Contender,
 
 
 def _on_gpu_time(contenders: list[Contender], min_gain: float, confidence: float) -> Decision:
-    pin = next(c for c in contenders if c.role in ("pin", "default"))
+    pin = next(c for c in contenders if c.role in HOLDERS)
     alive = [c for c in contenders if c.correct is not False and c.median_ms is not None]
     if not alive:
         return Decision(False, "no correct contender could be timed", None)
     best = min(alive, key=lambda c: c.median_ms)  # type: ignore[arg-type, return-value]
     if best is pin:
-        return Decision(False, f"the current {pin.role} is the fastest contender", pin, 0.0)
+        return Decision(False, f"the current {_holder(pin)} is the fastest contender", pin, 0.0)
     if pin.correct is False:
-        return Decision(True, f"the current {pin.role} fails the correctness check", best)
+        return Decision(True, f"the current {_holder(pin)} fails the correctness check", best)
     if pin.median_ms is None:
-        return Decision(False, f"the current {pin.role} has no measurement: re-measure on its GPU", None)
+        return Decision(False, f"the current {_holder(pin)} has no measurement: re-measure on its GPU", None)
     if pin.rounds_ms and best.rounds_ms:
         ratio, lo, hi = bootstrap_ratio(pin.rounds_ms, best.rounds_ms, confidence)
     else:
