@@ -4,7 +4,7 @@ and train mode: outputs and gradients against the original, and time per step ag
 
     python benchmarks/drop_in.py [--shapes 200] [--batch 32] [--steps 20]
 
-The library runs what the pins say (for ResNet-50's shapes on a GPU: benchmarks/pin_model.py writes them).
+The library runs what the pins say (for a model's shapes on a GPU: `python tune_model.py` writes them).
 
 Timing: CUDA events around each step, after warm-up; medians of --steps steps, the two models interleaved
 (A B A B ...) so that drift hits both alike. Torch's defaults throughout (TF32 convolutions).

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import random
 import statistics
 import sys
 import time
@@ -34,14 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-
-
-def bootstrap_median(ratios: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """The 2.5 % and 97.5 % points of the median of `ratios` over resamples (with replacement)."""
-    rng = random.Random(seed)
-    n = len(ratios)
-    meds = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(resamples))
-    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+from convtune.measure.ab import bootstrap_median
 
 
 def turns(steps: dict[str, Callable[[], None]], n: int, warmup: int,

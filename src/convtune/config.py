@@ -90,6 +90,8 @@ class BenchConfig:
 class TrackingConfig:
     uri: str = "sqlite:///mlruns/mlflow.db"  # relative sqlite paths are taken from where run.py is started
     experiment: Optional[str] = None  # default: the problem's name ("<name> [interpreter]" off-GPU)
+    parent_run: Optional[str] = None  # a run of the experiment that a sweep's parent run and promote's decision nest
+    # under (tune_model.py: the model's run)
 
 
 @dataclass
@@ -132,9 +134,36 @@ class ConvtuneConfig:
     requires_gpu: bool = False  # a preset that means nothing without a GPU (vs_cudnn) refuses the interpreter
 
 
+class Layout(Enum):
+    nchw = "nchw"
+    channels_last = "channels_last"
+
+
+@dataclass
+class TuneModelConfig:
+    """tune_model.py's keys (conf/tune_model.yaml): a whole model's convolutions tuned in one command."""
+    model: str = MISSING  # a torchvision.models name (resnet50), or package.module:factory (called with no arguments)
+    input: Optional[List[int]] = None  # one sample's shape [C, H, W]; null = [3, 224, 224] (torchvision models)
+    batch: int = 32
+    layout: Layout = Layout.nchw  # the input's and the model's memory format
+    train: bool = False  # decide the calls that record gradients, from SGD train steps (else eval forwards)
+    precision: Precision = Precision.tf32
+    device: DeviceChoice = DeviceChoice.auto  # auto: the GPU (needed: pins are per GPU); interpreter: a CPU dry run
+    shapes: Optional[int] = None  # tune only the N shapes with the most FLOPs per model call; null = all
+    turns: int = 200  # end to end: turns of interleaved steps (each configuration once a turn)
+    warmup: int = 10  # untimed turns first
+    resume: bool = True  # shapes the model's run decided before are not tuned again
+    measure_only: bool = False  # time the model as the library runs it now: tune nothing, write no pin
+    pins_file: Optional[str] = None  # null = this GPU's per-user overlay (read before the packaged pins)
+    sweep: List[str] = field(default_factory=list)  # extra overrides for every shape's run.py (promote.rounds=7)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
 def register_configs() -> None:
-    """Register the schema as `convtune_schema`; conf/config.yaml names it first in its defaults."""
+    """Register the schemas: `convtune_schema` (conf/config.yaml names it first in its defaults) and
+    `tune_model_schema` (conf/tune_model.yaml)."""
     ConfigStore.instance().store(name="convtune_schema", node=ConvtuneConfig)
+    ConfigStore.instance().store(name="tune_model_schema", node=TuneModelConfig)
 
 
 def exit_on_bad_yaml(root: Path) -> None:

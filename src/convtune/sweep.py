@@ -25,7 +25,7 @@ from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.sweep_state import SWEEP_ENV, SweepState, claim_folder
 from convtune.track import dashboard
-from convtune.track.store import UI_DEFAULT, Tracker, resolve_uri, say_reaped, ui_link
+from convtune.track.store import UI_DEFAULT, Tracker, outer_run, resolve_uri, say_reaped, ui_link
 
 # Launchers that run every job on this host, in this process's environment: the device this process resolves
 # is the jobs' device. Any other (hydra/launcher=slurm and slurm_local through submitit, Ray, RQ) runs its jobs
@@ -275,9 +275,11 @@ class SweepCallback(Callback):
         with interrupts.deferred():  # the store's creation and the parent's registration are never cut
             tracker = Tracker(uri)  # creates the SQLite database, once, here
             say_reaped(tracker.reap_orphans())
-            claim_folder(Path(hc.sweep.dir), _still_running)  # before the parent: a refused sweep records nothing
             exp_id = tracker.experiment_id(name)
-            parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags)
+            nest_under = outer_run(tracker, config.tracking.get("parent_run"), exp_id)
+            claim_folder(Path(hc.sweep.dir), _still_running)  # before the parent: a refused sweep records nothing
+            parent = tracker.start_run(exp_id, run_name=sweep_run_name(list(hc.overrides.task)), tags=tags,
+                                       parent_id=nest_under)
             state = SweepState(parent, exp_id, name, uri, None if jobs is None else len(jobs), varied, target.device)
             state.save(Path(hc.sweep.dir))
             os.environ[SWEEP_ENV] = parent  # the jobs' check that the folder's state is their sweep's

@@ -8,7 +8,7 @@ Layout: pins → GPU name (or "interpreter") → kernel variant → problem key 
   `kernel=library` contests every kernel the library has), and the library runs that one with this configuration.
 A variant's entries are what the library does with the calls its rule gives that variant
 (kernels.library_variant): the rule picks the kernel where no pin has decided. A key ending in "+train"
-("<shape key>/<precision>+train", written by benchmarks/pin_model.py --train from whole train steps of a model)
+("<shape key>/<precision>+train", written by tune_model.py train=true from whole train steps of a model)
 decides the calls that record gradients; where a shape has none, those calls follow the plain key. Writes take a file lock, re-read the file under it, change one
 entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
 and two promotes at once both land. A file that does not parse is refused and never overwritten.

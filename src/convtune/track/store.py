@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.time import get_current_time_millis
 
 from convtune import interrupts
-from convtune.errors import StoreError
+from convtune.errors import ConfigError, StoreError
 from convtune.track import sqlite_store
 from convtune.record import Metric as RecordMetric, Status, Tag
 
@@ -205,6 +205,13 @@ class Tracker:
         self.client.log_figure(run_id, figure, artifact_file)
 
     @_store_call
+    def reopen(self, run_id: str, process_tags: dict[str, str]) -> None:
+        """Mark an ended run RUNNING again, as this process's (tune_model.py going on in a model's run): the process
+        tags are this one's, so that reap_orphans leaves it alone while this process lives."""
+        self.client.update_run(run_id, status="RUNNING")
+        self.log(run_id, tags=process_tags)
+
+    @_store_call
     def end(self, run_id: str, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status=status)
@@ -243,6 +250,21 @@ class Tracker:
         runs = self.client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'",
                                        max_results=50000)
         return [_as_dict(r) for r in runs]
+
+
+def outer_run(tracker: Tracker, run_id: Optional[str], experiment_id: str) -> Optional[str]:
+    """tracking.parent_run, checked: a run of this store and of the experiment the sweep writes to (the MLflow UI
+    nests runs within one experiment only)."""
+    if not run_id:
+        return None
+    try:
+        run = tracker.get(run_id)
+    except ValueError:
+        run = None
+    if run is None or run["experiment_id"] != experiment_id:
+        raise ConfigError("tracking.parent_run", run_id, f"the id of a run in {tracker.uri}, in the experiment written to "
+                          f"(id {experiment_id}; tracking.experiment names it)")
+    return run_id
 
 
 def _shown_first(metrics: dict[str, Any]) -> list[tuple[str, Any]]:

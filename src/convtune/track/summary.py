@@ -42,13 +42,16 @@ def _sig(v: Any) -> str:
 
 def rows(runs: Iterable[Any]) -> list[list[str]]:
     out = []
-    for i, r in enumerate(ranked(runs), 1):
+    ordered = ranked(runs)
+    # a sweep over kernels (+experiment=candidates): the same launch keys mean other things in each, so name it
+    several = len({r.param(Param.KERNEL) for r in ordered}) > 1
+    for i, r in enumerate(ordered, 1):
         m = r.metric
         p20, p80 = m(Metric.LATENCY_P20_MS), m(Metric.LATENCY_P80_MS)
         spread = ("" if p20 is None or p80 is None else "one call" if p20 == p80 else f"{p20:.3f}–{p80:.3f}")
         speedup = m(Metric.SPEEDUP_VS_CUDNN)
         out.append([
-            str(i) if r.ok else "-", r.config_label(), r.status,
+            str(i) if r.ok else "-", (f"{r.param(Param.KERNEL)}: " if several else "") + r.config_label(), r.status,
             _fmt(r.latency_ms, ".4f"), spread, _fmt(m(Metric.LATENCY_CV), ".2%"),
             _sig(m(Metric.TFLOPS)), _sig(m(Metric.GBPS)), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
             _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),

@@ -25,7 +25,7 @@ from convtune.config import TOLERANCE
 from convtune.errors import ConfigError
 from convtune.setup import Setup, capability_of, git_tags, resolve
 from convtune.record import Identity, Metric, Param, RunView, Tag
-from convtune.track.store import Tracker, say_reaped
+from convtune.track.store import Tracker, outer_run, say_reaped
 
 
 def candidate_runs(tracker: Tracker, identity: Identity) -> list[RunView]:
@@ -263,8 +263,9 @@ def record_decision(setup: Setup, tracker: Tracker, c: Contest, decision: Any, r
                     outcome: str, refusal: Optional[str]) -> str:
     """The decision as an MLflow run (kind=promote) beside the runs it weighed, with contest.md and pins.diff."""
     p, problem = setup.cfg.promote, setup.problem
-    run = tracker.start_run(tracker.experiment_id(setup.experiment()), f"promote {problem.name}",
-                            {Tag.KIND: "promote", **git_tags()})
+    experiment = tracker.experiment_id(setup.experiment())
+    run = tracker.start_run(experiment, f"promote {problem.name}", {Tag.KIND: "promote", **git_tags()},
+                            parent_id=outer_run(tracker, setup.cfg.tracking.get("parent_run"), experiment))
     tracker.log(run, params={Param.PROBLEM: problem.name, Param.PROBLEM_KEY: problem.key(),
                              Param.KERNEL: setup.cfg.kernel.name, Param.PRECISION: setup.precision,
                              Param.TARGET_DEVICE: c.gpu, **{f"{Param.PROMOTE_PREFIX}{k}": v for k, v in p.items()}},

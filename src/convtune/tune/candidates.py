@@ -1,0 +1,32 @@
+"""A sweep of what could run a shape that no measurement covers yet (`+experiment=candidates`): each library kernel
+that runs on this GPU and takes the shape, at its default and at its default's num_stages neighbours (within its
+Space), the same list as tuning on first use tries (library/dispatch.first_use_candidates). Promote follows the
+sweep and contests the runs against torch, which the library runs for a key with no pin. tune_model.py runs it for
+every distinct convolution of a model.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from convtune.setup import capability_of, resolve
+
+LIMIT = 8  # configurations a shape: on the H100 one shape's sweep then took about a minute with promote
+
+
+def candidate_configs(config: DictConfig) -> list[dict[str, object]]:
+    """The sweep's configuration list (hydra.sweeper.configs_from): one entry a (kernel, configuration)."""
+    from convtune.library.dispatch import first_use_candidates
+
+    setup = resolve(config)
+    setup.raise_error()
+    found = first_use_candidates(setup.problem, setup.precision, capability_of(setup.device_tags), LIMIT)
+    if not found:
+        from convtune.errors import ConfigError
+
+        raise ConfigError("problem", setup.problem.name, "a shape that some library kernel takes on this device "
+                          "(every one refuses it here: the library runs torch for it)")
+    kernels = sorted({c.kernel for c in found})
+    print(f"candidates for {setup.problem.name} on {setup.gpu}: {len(found)} configs of {', '.join(kernels)}",
+          flush=True)
+    return [{"kernel": c.kernel, **c.meta.as_dict()} for c in found]

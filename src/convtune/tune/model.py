@@ -1,0 +1,350 @@
+"""`python tune_model.py`: a whole model's convolutions tuned in one command, kept only where the model gains.
+
+1. The model: a torchvision.models name (`model=resnet50`), or `package.module:factory` (a class or function called
+   with no arguments) with `input=[C,H,W]`; random weights, nothing is downloaded.
+2. Its distinct convolution calls at `batch` and `layout` (convtune.nn.problems), most FLOPs per model call first;
+   `shapes=N` tunes the first N.
+3. Each shape through the tracker: `run.py +experiment=candidates` sweeps the library's kernels that take it (their
+   defaults and neighbours), then promote contests the runs against torch, which the library runs for a key with no
+   pin, and writes the winner into `pins_file` (default: this GPU's per-user overlay, which the library reads before
+   the packaged pins). Every sweep and decision nests under one MLflow run of the model. A rerun for the same model,
+   batch, layout, train flag and precision on the same GPU goes on in that run: shapes decided before are not tuned
+   again (resume=false tunes them again).
+4. The model end to end: torch, the converted model, and the converted model without each shape that runs our
+   kernel, in interleaved turns (eval forwards, or SGD train steps with train=true; measure/ab.py). A shape keeps its
+   kernel pin only if the model is faster with it: the upper end of the 95 % bootstrap interval of the per-turn ratio
+   (with / without) is below 1. Otherwise torch is pinned for it (for train=true, its "+train" key, which decides
+   the calls that record gradients). `measure_only=true` runs this step alone and writes nothing.
+5. The end-to-end table, torch against the model as now converted, goes on the model's run (its description, the
+   MLflow run page's Overview) and is printed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from convtune.errors import ConfigError
+from convtune.problem import ConvProblem
+from convtune.record import Tag
+
+KIND = "tune_model"  # the model run's Tag.KIND
+MODEL_KEY = "convtune.model_key"  # the tag a rerun finds the model's run by
+DONE = "done/"  # prefix of a model run's tag per decided shape: done/<pin key> = promote's decision line
+TORCHVISION_INPUT = (3, 224, 224)
+
+
+@dataclass
+class Shape:
+    problem: ConvProblem
+    layers: list[str]
+
+    @property
+    def flops(self) -> int:
+        """Per model call: the shape's FLOPs times the layers that run it."""
+        return self.problem.flops * len(self.layers)
+
+
+def validate(cfg: DictConfig) -> None:
+    checks = (("batch", cfg.batch >= 1, "an integer >= 1"), ("turns", cfg.turns >= 2, "an integer >= 2 (the "
+              "bootstrap needs turns)"), ("warmup", cfg.warmup >= 0, "an integer >= 0"),
+              ("shapes", cfg.shapes is None or cfg.shapes >= 1, "null (all) or an integer >= 1"),
+              ("input", cfg.input is None or (len(cfg.input) == 3 and min(cfg.input) >= 1),
+               "null or one sample's shape [C, H, W]"))
+    for key, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(key, cfg[key], allowed)
+
+
+def load_model(spec: str) -> tuple[Any, Optional[tuple[int, ...]]]:
+    """(the model, its default sample shape or None): a torchvision.models name, or package.module:factory."""
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError("model", spec, f"package.module:factory, importable from here ({e})") from None
+        return factory(), None
+    try:
+        import torchvision
+    except ImportError:
+        raise ConfigError("model", spec, "package.module:factory (a torchvision name needs torchvision installed)") \
+            from None
+    names = sorted(n for n in torchvision.models.list_models(module=torchvision.models))
+    if spec not in names:
+        near = [n for n in names if n.startswith(spec[:3])][:6]
+        raise ConfigError("model", spec, "a torchvision classification model (" + ", ".join(near or names[:6]) +
+                          ", ...) or package.module:factory")
+    return torchvision.models.get_model(spec, weights=None), TORCHVISION_INPUT
+
+
+def distinct_shapes(model: Any, x: Any) -> list[Shape]:
+    """The model's distinct convolution calls on `x` that convtune's kernels can take, most FLOPs first."""
+    from convtune.library.nn import problems
+
+    found = [Shape(p, layers) for p, layers in problems(model, x).values()]
+    return sorted(found, key=lambda s: -s.flops)
+
+
+def shape_overrides(p: ConvProblem, name: str) -> list[str]:
+    """run.py's overrides that give `p` as the problem (problem=tiny supplies nothing that is not overridden)."""
+    pair = lambda v: f"[{v[0]},{v[1]}]"  # noqa: E731
+    return [f"problem.name={name}", f"problem.description={name}: {p.key()}", f"problem.batch={p.batch}",
+            f"problem.in_channels={p.in_channels}", f"problem.height={p.height}", f"problem.width={p.width}",
+            f"problem.out_channels={p.out_channels}", f"problem.kernel_h={p.kernel_h}", f"problem.kernel_w={p.kernel_w}",
+            f"problem.stride={pair(p.stride)}", f"problem.padding={pair(p.padding)}",
+            f"problem.dilation={pair(p.dilation)}", f"problem.bias={str(p.bias).lower()}", f"problem.init={p.init}",
+            f"problem.layout={p.layout}"]
+
+
+def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
+    """Returns the exit status: 0 when every shape was decided, 1 when one could not be."""
+    import torch
+
+    from convtune.kernels import pins
+    from convtune.library import overlay
+    from convtune.setup import INTERPRETER, resolve_device
+    from convtune.track.store import Tracker, resolve_uri, say_reaped
+
+    validate(cfg)
+    choice = _value(cfg.device)
+    device = resolve_device(choice)
+    if device != "cuda" and choice != "interpreter":
+        raise ConfigError("device", choice, "cuda, on a CUDA GPU (pins are per GPU); device=interpreter is a dry run "
+                                            "of the pipeline on the CPU, with CPU times")
+    interpreted = device == INTERPRETER
+    gpu = INTERPRETER if interpreted else torch.cuda.get_device_name()
+    precision, layout = _value(cfg.precision), _value(cfg.layout)
+    target = Path(cfg.pins_file).expanduser().resolve() if cfg.pins_file else overlay.path_for(gpu)
+    if target is None:
+        raise ConfigError("pins_file", None, f"a path: the per-user overlay is off ({overlay.ENV}=off)")
+    pins.check_writable(target)
+    if target != overlay.path_for(gpu):  # the library in this process reads what promote writes
+        os.environ[pins.ENV_VAR] = str(target)
+
+    model, sample = load_model(cfg.model)
+    sample = tuple(cfg.input) if cfg.input is not None else sample
+    if sample is None:
+        raise ConfigError("input", None, f"one sample's shape [C, H, W]: {cfg.model} is not a torchvision model")
+    dev = torch.device("cpu" if interpreted else "cuda")
+    torch.manual_seed(0)
+    model = model.to(dev)
+    x = torch.randn(cfg.batch, *sample, device=dev)
+    if layout == "channels_last":
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    shapes = distinct_shapes(model, x)
+    chosen = [] if cfg.measure_only else shapes[: cfg.shapes] if cfg.shapes else shapes
+
+    uri = resolve_uri(cfg.tracking.uri, Path.cwd())
+    tracker = Tracker(uri)
+    say_reaped(tracker.reap_orphans())
+    experiment = cfg.tracking.experiment or f"{KIND} {cfg.model}"
+    mode = "train" if cfg.train else "eval"
+    identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {precision} · {gpu}" + (" · measured" if cfg.measure_only
+                                                                                  else "")
+    run_id, done = _model_run(tracker, experiment + (" [interpreter]" if interpreted else ""), identity, cfg, target)
+    exp_id = tracker.get(run_id)["experiment_id"]
+    print(f"tune_model: {identity}: {len(shapes)} distinct convolution(s)"
+          + (": measured as the library runs it, nothing tuned or written" if cfg.measure_only else
+             f", the {len(chosen)} with the most FLOPs tuned" if len(chosen) < len(shapes) else "")
+          + f"; pins into {target}; MLflow run {run_id} ({uri})", flush=True)
+    from convtune.kernels import library_variant
+
+    failed = 0
+    try:
+        for i, s in enumerate(chosen, 1):
+            key = pins.pin_key(s.problem.key(), precision)
+            label = f"[{i}/{len(chosen)}] {key} ({len(s.layers)} layer(s): {', '.join(s.layers[:3])}" \
+                    f"{', ...' if len(s.layers) > 3 else ''})"
+            if cfg.resume and key in done:
+                print(f"{label}: decided before in this run, not tuned again: {done[key]}", flush=True)
+                continue
+            t0 = time.monotonic()
+            decision = _tune_shape(s, cfg, root, out_dir / f"shape{i:02d}", uri, experiment, run_id, target, device)
+            if decision is None:
+                failed += 1
+                continue
+            tracker.log(run_id, tags={f"{DONE}{key}": decision})
+            print(f"{label}: {decision} ({time.monotonic() - t0:.0f} s)", flush=True)
+        from convtune.library import functional
+
+        functional.forget_choices()
+        table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target, library_variant)
+    except BaseException as e:
+        tracker.log(run_id, tags={Tag.STATUS: "killed" if isinstance(e, KeyboardInterrupt) else "failed",
+                                  Tag.ERROR_TYPE: type(e).__name__, Tag.ERROR_MESSAGE: str(e)[:500]})
+        tracker.end(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
+    note = (f"## {identity}\n\n{len(shapes)} distinct convolutions; pins in `{target}`.\n\n{table}\n"
+            + ("\n(interpreter) CPU times of the pipeline's dry run: meaningless for a GPU; the library runs torch "
+               "for CPU tensors.\n" if interpreted else ""))
+    tracker.log_text(run_id, note, "end_to_end.md")
+    tracker.log(run_id, metrics=numbers, tags={Tag.NOTE: note, Tag.STATUS: "ok" if not failed else "failed",
+                                                "shapes_failed": failed, "shapes_dropped": len(dropped)})
+    tracker.end(run_id, "FINISHED" if not failed else "FAILED")
+    print(table, flush=True)
+    if interpreted:
+        print("(interpreter) CPU times of a dry run of the pipeline: meaningless for a GPU", flush=True)
+    print(f"browse: mlflow ui --backend-store-uri {uri}   then "
+          f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs/{run_id}", flush=True)
+    return 1 if failed else 0
+
+
+def _value(v: Any) -> str:
+    return v.value if hasattr(v, "value") else str(v)
+
+
+def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, target: Path) -> tuple[str, dict]:
+    """The model's run: the latest one for `identity` when resuming (reopened), else a new one; with the shapes it
+    decided (pin key → decision line)."""
+    from convtune.setup import git_tags
+    from convtune.track.store import this_process
+
+    exp_id = tracker.experiment_id(experiment)
+    runs = [r for r in tracker.search(f"tags.`{MODEL_KEY}` = '{identity}'") if r["experiment_id"] == exp_id]
+    if cfg.resume and runs and not cfg.measure_only:
+        run = max(runs, key=lambda r: r["start_time"])
+        tracker.reopen(run["run_id"], this_process())
+        done = {k[len(DONE):]: v for k, v in run["tags"].items() if k.startswith(DONE)}
+        print(f"tune_model: resuming run {run['run_id']}: {len(done)} shape(s) decided before", flush=True)
+        return run["run_id"], done
+    run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, MODEL_KEY: identity, Tag.STATUS: "running",
+                                                       **git_tags()})
+    tracker.log(run_id, params={"model": cfg.model, "batch": cfg.batch, "layout": _value(cfg.layout),
+                                "train": cfg.train, "precision": _value(cfg.precision), "shapes": cfg.shapes,
+                                "turns": cfg.turns, "pins_file": str(target)})
+    return run_id, {}
+
+
+def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, experiment: str, run_id: str,
+                target: Path, device: str) -> Optional[str]:
+    """One shape's sweep and promote through `run.py +experiment=candidates`; promote's decision line, or None."""
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", f"{cfg.model.rpartition(':')[2] or cfg.model}_{s.layers[0]}")
+    cmd = [sys.executable, str(root / "run.py"), "+experiment=candidates", "problem=tiny",
+           *shape_overrides(s.problem, name), f"precision={_value(cfg.precision)}", f"device={device}",
+           f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"tracking.parent_run={run_id}",
+           f"pins_file={target}", f"hydra.sweep.dir={out_dir}", *cfg.sweep]
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    decision = re.search(r"^decision: .*$", r.stdout, re.M)
+    if r.returncode == 0 and not decision and re.search(r"^promote: no finished, correct runs", r.stdout, re.M):
+        # every candidate failed the judge's check or could not run here: nothing to promote, torch runs the shape
+        return "TORCH: no candidate ran and matched torch here (the sweep's table says why); the library runs torch"
+    if r.returncode != 0 or not decision:
+        print(f"{s.problem.key()}: the sweep or promote failed (exit {r.returncode}); its last lines:\n"
+              + "\n".join((r.stdout + r.stderr).strip().splitlines()[-8:]), flush=True)
+        return None
+    return decision[0][len("decision: "):]
+
+
+def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precision: str, gpu: str, target: Path,
+               library_variant: Callable[..., str]) -> tuple[str, dict[str, float], list[str]]:
+    """Time torch, the converted model and the converted model without each kernel shape; pin torch for a shape
+    the model is not faster with; time torch against the final model again if that changed anything. Returns (the
+    table, the metrics, the pin keys dropped)."""
+    from convtune.kernels import pins
+    from convtune.library import functional
+    from convtune.measure import ab
+    from convtune.library.nn import Conv2d as Ours, convert
+
+    report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: the classes take turns
+    on_kernel = {sw.name for sw in report if sw.runs.startswith("convtune")
+                 and not (cfg.train and "; in training torch" in sw.runs)}
+    convs = [(name, m) for name, m in model.named_modules() if isinstance(m, Ours)]
+    kernel_shapes = [s for s in shapes if set(s.layers) & on_kernel]
+    steps = _steps(model, x, cfg.train, convs)
+    configs = {"torch": steps(set()), "converted": steps(on_kernel)}
+    for s in kernel_shapes:
+        configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
+    times = ab.take_turns(configs, cfg.turns, cfg.warmup)
+    rows = [_row("torch", times, "torch", len(convs), 0)]
+    rows.append(_row("converted", times, "torch", len(convs), len(on_kernel)))
+    dropped = []
+    for s in kernel_shapes:
+        without = f"without {s.problem.key()}"
+        gain = ab.ratio(times, "converted", without)  # with the shape's kernel / without it
+        keep = gain.faster
+        verdict = "faster with it" if keep else "not faster with it" if cfg.measure_only else "torch pinned"
+        rows.append(_row(without, times, "torch", len(convs), len(on_kernel - set(s.layers)),
+                         f"with / without: {gain} → {verdict}"))
+        if keep or cfg.measure_only:
+            continue
+        key = pins.pin_key(s.problem.key(), precision, training=cfg.train)
+        pins.write_pin(target, gpu, library_variant(s.problem.layout, s.problem.in_channels), key, pins.TORCH, {
+            "rule": "tune_model: the model was not faster with the kernel",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "method": f"tune_model.py model={cfg.model} batch={cfg.batch}: {cfg.turns} interleaved "
+                      f"{'train steps' if cfg.train else 'eval forwards'}", "layers": list(s.layers),
+            "ratio_with_over_without": round(gain.median, 4), "interval": [round(gain.low, 4), round(gain.high, 4)]})
+        dropped.append(key)
+    final = "converted"
+    if dropped:
+        functional.forget_choices()
+        kept = on_kernel - {n for s in kernel_shapes if pins.pin_key(s.problem.key(), precision, training=cfg.train)
+                            in dropped for n in s.layers}
+        times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
+        rows.append(_row("final", times, "torch", len(convs), len(kept), f"{len(dropped)} shape(s) handed to torch"))
+        final = "final"
+    r = ab.ratio(times, final, "torch")
+    head = ("| model | median ms per " + ("train step" if cfg.train else "forward") + " | time / torch (95 % interval)"
+            " | speedup | layers on convtune | note |\n|---|---|---|---|---|---|")
+    table = head + "\n" + "\n".join(rows) + f"\n\n{'as converted' if cfg.measure_only else 'as tuned'}: {1 / r.median:.3f}x torch (time ratio {r})"
+    numbers = {"speedup_vs_torch": 1 / r.median, "time_ratio": r.median, "time_ratio_low": r.low,
+               "time_ratio_high": r.high, "step_ms_torch": 1e3 * statistics.median(times["torch"]),
+               "step_ms_tuned": 1e3 * statistics.median(times[final])}
+    return table, numbers, dropped
+
+
+def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, ours: int, note: str = "") -> str:
+    from convtune.measure import ab
+
+    ms = 1e3 * statistics.median(times[name])
+    if name == baseline:
+        return f"| {name} | {ms:.3f} | 1 | 1 | 0 of {layers} | |"
+    r = ab.ratio(times, name, baseline)
+    return f"| {name} | {ms:.3f} | {r} | {1 / r.median:.3f}x | {ours} of {layers} | {note} |"
+
+
+def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]]) -> Callable[[set[str]], Callable[[], float]]:
+    """A maker of step functions: for a set of layer names on convtune's kernel, one model step (an eval forward,
+    or an SGD step on the output's mean) with those layers convtune.nn.Conv2d and the rest torch.nn.Conv2d, timed on
+    the host up to a synchronize (what a loop waits for). One module and one optimizer for all: the same
+    parameters and tensors, so the layers' classes are the one difference."""
+    import torch
+
+    from convtune.library.nn import Conv2d as Ours
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6) if train else None
+    model.train(train)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+
+    def make(on_kernel: set[str]) -> Callable[[], float]:
+        classes = [(m, Ours if name in on_kernel else torch.nn.Conv2d) for name, m in convs]
+
+        def step() -> float:
+            for m, c in classes:  # object.__setattr__: convtune's __setattr__ would drop the layer's cached decision
+                object.__setattr__(m, "__class__", c)
+            t0 = time.perf_counter()
+            if train:
+                opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+                out = model(x)
+                (out if isinstance(out, torch.Tensor) else out[0]).float().mean().backward()
+                opt.step()  # type: ignore[union-attr]
+            else:
+                with torch.no_grad():
+                    model(x)
+            sync()
+            return time.perf_counter() - t0
+        return step
+    return make

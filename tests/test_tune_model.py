@@ -1,0 +1,107 @@
+"""tune_model.py: a model's distinct convolutions each swept and promoted through the tracker under one MLflow run
+of the model, the model timed end to end, and a rerun that goes on in the same run. A real `python tune_model.py`
+(which starts a real `run.py` per shape) on Triton's interpreter with a real SQLite store; the end-to-end numbers
+there are CPU times of torch against torch (the library runs torch for CPU tensors), so only the pipeline is
+checked here; tests/gpu_scripts and benchmarks/ time it on a GPU."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+
+KEYS = ["n1-c4-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32",
+        "n1-c3-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32"]
+
+
+def tune_model(tmp_path, store, *args):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0"}
+    cmd = [sys.executable, "tune_model.py", "model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1",
+           "device=interpreter", "turns=3", "warmup=0", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
+           f"hydra.run.dir={tmp_path / 'out'}", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_on_there(tmp_path, store):
+    from convtune.kernels import pins
+
+    r = tune_model(tmp_path, store)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 distinct convolution(s)" in r.stdout
+    # the shape two layers run has twice the FLOPs of the first layer's per model call: it goes first
+    assert f"[1/2] {KEYS[0]} (2 layer(s): 2, 4): " in r.stdout and f"[2/2] {KEYS[1]} (1 layer(s): 0): " in r.stdout
+    c = MlflowClient(store)
+    (exp,) = [e for e in c.search_experiments() if e.name == "tune_model tests.tiny_models:two_shapes [interpreter]"]
+    runs = c.search_runs([exp.experiment_id])
+    (model_run,) = [x for x in runs if x.data.tags.get("kind") == "tune_model"]
+    assert model_run.info.status == "FINISHED" and "mlflow.parentRunId" not in model_run.data.tags
+    decided = {k[len("done/"):]: v for k, v in model_run.data.tags.items() if k.startswith("done/")}
+    assert sorted(decided) == sorted(KEYS) and all(v.startswith(("PROMOTE", "KEEP")) for v in decided.values())
+    note = model_run.data.tags["mlflow.note.content"]
+    assert "| torch |" in note and "| converted |" in note and "(interpreter)" in note
+    assert model_run.data.params["model"] == "tests.tiny_models:two_shapes"
+    assert "speedup_vs_torch" in model_run.data.metrics
+    nested = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id]
+    sweeps = [x for x in nested if x.data.tags.get("kind") != "promote"]
+    decisions = [x for x in nested if x.data.tags.get("kind") == "promote"]
+    assert len(sweeps) == 2 and len(decisions) == 2  # one sweep and one promote decision a shape, in the model's run
+    for sweep in sweeps:
+        configs = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == sweep.info.run_id]
+        assert len({x.data.params["kernel"] for x in configs}) >= 3  # the library's kernels that take the shape
+    written = pins.load(tmp_path / "pins.yaml")["pins"]["interpreter"]
+    promoted = [k for k, v in decided.items() if v.startswith("PROMOTE")]
+    assert all(any(k in section for section in written.values()) for k in promoted)
+
+    r = tune_model(tmp_path, store)  # the same model, batch, layout and mode: it goes on in the same run
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"resuming run {model_run.info.run_id}: 2 shape(s) decided before" in r.stdout
+    assert r.stdout.count("decided before in this run, not tuned again") == 2
+    runs = c.search_runs([exp.experiment_id])
+    assert len([x for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id]) == 4
+    assert c.get_run(model_run.info.run_id).info.status == "FINISHED"
+
+
+def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from convtune.config import register_configs
+    from convtune.errors import ConfigError
+    from convtune.tune.model import load_model, run_tune_model
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        def cfg(*overrides):
+            return compose("tune_model", overrides=["model=tests.tiny_models:two_shapes", "device=interpreter",
+                                                    f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+                                                    f"pins_file={tmp_path / 'pins.yaml'}", *overrides])
+        for overrides, says in ((["turns=1"], "turns=1 is not allowed: an integer >= 2"),
+                                (["shapes=0"], "shapes=0 is not allowed"),
+                                (["input=[3,6]"], "one sample's shape [C, H, W]"),
+                                ([], "input=None is not allowed: one sample's shape [C, H, W]: "
+                                     "tests.tiny_models:two_shapes is not a torchvision model"),
+                                (["input=[3,6,6]", "device=auto"], "device='auto' is not allowed: cuda, on a CUDA GPU")):
+            with pytest.raises(ConfigError, match=None) as e:
+                run_tune_model(cfg(*overrides), ROOT, tmp_path / "out")
+            assert says in str(e.value), (overrides, str(e.value))
+    with pytest.raises(ConfigError) as e:
+        load_model("tests.tiny_models:three_shapes")
+    assert "importable from here" in str(e.value)
+    assert not (tmp_path / "m.db").exists()  # refused before the store was opened
+
+
+def test_a_parent_run_must_be_a_run_of_the_experiment_written_to(store):
+    from convtune.errors import ConfigError
+    from convtune.track.store import Tracker, outer_run
+
+    tracker = Tracker(store)
+    here, there = tracker.experiment_id("a"), tracker.experiment_id("b")
+    run = tracker.start_run(here, "model", {})
+    assert outer_run(tracker, run, here) == run and outer_run(tracker, None, here) is None
+    for bad, experiment in ((run, there), ("0123456789abcdef0123456789abcdef", here)):
+        with pytest.raises(ConfigError) as e:
+            outer_run(tracker, bad, experiment)
+        assert str(e.value).startswith(f"tracking.parent_run='{bad}' is not allowed: the id of a run in {store}")
