@@ -69,7 +69,7 @@ def mlflow_server(backend_uri: str, artifacts: Path):
     log = open(artifacts.parent / "mlflow-server.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                                "--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri(),
-                               "--workers", "2"],
+                               "--workers", "1"],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180

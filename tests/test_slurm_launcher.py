@@ -61,17 +61,16 @@ def test_the_batch_script_of_an_array_is_rendered_without_a_cluster_or_a_gpu(tmp
 
 
 def test_the_same_configurations_run_through_submitits_local_executor(tmp_path, store):
-    r = sweep(tmp_path, store, *LOCAL, "hydra.launcher.parallelism=2", "num_warps=2,4", "BLOCK_M=32,64")
+    r = sweep(tmp_path, store, *LOCAL, "hydra.launcher.parallelism=2", "num_warps=2,4", "BLOCK_M=32")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "device: interpreter in every job, checked on the job's own node" in r.stdout
     (parent,), runs = runs_of(store, "tiny [interpreter]")
-    assert len(runs) == 4 and all(run.data.tags["status"] == "ok" for run in runs)
-    assert {(run.data.params["num_warps"], run.data.params["BLOCK_M"]) for run in runs} == \
-        {("2", "32"), ("2", "64"), ("4", "32"), ("4", "64")}
-    assert sorted(run.data.tags["job"] for run in runs) == ["0", "1", "2", "3"]
-    assert len({run.data.tags["batch_job"] for run in runs}) == 4  # submitit's job id: where each job's log is
-    assert parent.data.tags["summary_rows"] == "4" and parent.info.status == "FINISHED"
-    assert r.stdout.count(" ok (interpreter: CPU host time") == 4  # each job's own line, printed when it ends
+    assert len(runs) == 2 and all(run.data.tags["status"] == "ok" for run in runs)
+    assert {(run.data.params["num_warps"], run.data.params["BLOCK_M"]) for run in runs} == {("2", "32"), ("4", "32")}
+    assert sorted(run.data.tags["job"] for run in runs) == ["0", "1"]
+    assert len({run.data.tags["batch_job"] for run in runs}) == 2  # submitit's job id: where each job's log is
+    assert parent.data.tags["summary_rows"] == "2" and parent.info.status == "FINISHED"
+    assert r.stdout.count(" ok (interpreter: CPU host time") == 2  # each job's own line, printed when it ends
     assert "Job completed successfully" not in r.stdout  # submitit's own log stays in the job's files
 
 
@@ -86,11 +85,11 @@ def test_the_launchers_own_keys_are_refused_in_one_line_before_anything_is_recor
 
 
 def test_a_job_planned_for_the_gpu_fails_in_one_line_on_a_node_without_one(tmp_path, store):
-    r = sweep(tmp_path, store, *LOCAL, "num_warps=2,4", interpret=False)
+    r = sweep(tmp_path, store, *LOCAL, "num_warps=4", interpret=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "device: cuda in every job" in r.stdout
     (parent,), runs = runs_of(store, "tiny")  # the GPU's experiment: a job never drifts to the interpreter
-    assert len(runs) == 2 and parent.info.status == "FINISHED"
+    assert len(runs) == 1 and parent.info.status == "FINISHED"
     for run in runs:
         assert run.info.status == "FAILED" and run.data.tags["error.type"] == "ConfigError"
         message = run.data.tags["error.message"]

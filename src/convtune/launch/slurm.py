@@ -90,6 +90,12 @@ def _ended(state: Optional[SweepState], number: int, overrides: Sequence[str], j
         print("\n".join(printed), flush=True)
     failure: Optional[tuple[str, str]] = None
     try:
+        if kind == "local" and not job.paths.result_pickle.exists():
+            # a local task writes its result before its process ends, so none will come: submitit's result()
+            # would wait 15 s for it (time a shared file system on a cluster may need), for each dead job
+            from submitit.core.utils import UncompletedJobError
+
+            raise UncompletedJobError(f"job {job.job_id} ended without a result")
         ret: JobReturn = job.result()
         if ret.status == JobStatus.FAILED:
             failure = (type(ret._return_value).__name__, str(ret._return_value).strip().splitlines()[0])
