@@ -29,7 +29,9 @@ CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room 
     "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
     # the first-use contest (library/dispatch.py) is the tracker's: its timing and the judge's check (measure/contest)
     "library": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.measure", "convtune.config"},
-    "commands": {"convtune.kernels", "convtune.measure", "convtune.problem", "convtune.config", "convtune.errors"},
+    # verify --first-use checks the library's first-use path
+    "commands": {"convtune.kernels", "convtune.measure", "convtune.problem", "convtune.config", "convtune.errors",
+                 "convtune.library"},
     # the launchers record lost jobs through the sweep's state, never through the sweep's callback (sweep.py)
     "launch": {"convtune.sweep_state", "convtune.record", "convtune.errors", "convtune.interrupts"},
 }

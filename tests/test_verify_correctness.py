@@ -150,3 +150,25 @@ def test_verify_draws_channels_last_cases_for_the_variants_that_read_any_layout(
     for case in [c for c in cases if c.layout == "channels_last"][:4]:
         result = run_case(case, "interpreter")
         assert result["outcome"] == "ok", result
+
+
+def test_first_use_is_a_gpu_check_refused_in_one_line_without_one(capsys):
+    from convtune.commands import verify
+
+    assert verify.main(["--device", "interpreter", "--first-use", "2"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --first-use checks the library's GPU path (it runs torch for "
+                                               "CPU tensors): it needs a CUDA GPU")
+
+
+def test_first_use_draws_library_calls_of_both_layouts_that_have_an_output():
+    import random
+
+    from convtune.commands.verify import _out, draw_first_use
+
+    rng = random.Random(0)
+    cases = [draw_first_use(rng, i) for i in range(60)]
+    assert {c.layout for c in cases} == {"nchw", "channels_last"} and {c.variant for c in cases} == {"library"}
+    assert all(c.meta is None for c in cases)  # the library decides the configuration
+    assert all(_out(c.h, c.kh, c.stride[0], c.padding[0], c.dilation[0]) >= 1 and
+               _out(c.w, c.kw, c.stride[1], c.padding[1], c.dilation[1]) >= 1 for c in cases)
+    assert sum(c.kh == c.kw and c.kh in (1, 3) and c.stride == (1, 1) and c.n >= 8 for c in cases) >= 15

@@ -351,6 +351,65 @@ def _report_files(paths: list[str], strict_torch: bool) -> int:
     return 1 if failures else 0
 
 
+def draw_first_use(rng: random.Random, index: int) -> Case:
+    """A library call for --first-use: half any convolution (as implicit_gemm's cases), half a CNN-like 3x3 or 1x1
+    layer at a realistic size (where a kernel can beat torch, so that the kept-kernel path runs too); either layout."""
+    if rng.random() < 0.5:
+        case = draw_case(rng, index, "implicit_gemm", "tf32", small=False)
+    else:
+        kh = rng.choice([1, 3])
+        c, k, hw = rng.choice([32, 64, 128, 256]), rng.choice([64, 128, 256]), rng.choice([14, 28, 56])
+        case = Case(index, "library", "tf32", rng.choice([8, 16, 32]), c, hw, hw, k, kh, kh, (1, 1), (kh // 2,) * 2,
+                    (1, 1), rng.random() < 0.5, 0, "rand", None, rng.randrange(2**31))
+    case.variant, case.meta = "library", None
+    case.layout = rng.choice(["nchw", "channels_last"])
+    return case
+
+
+def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
+    """The library's first-use path on this GPU: `n` random calls with tuning on first use on, in a fresh overlay
+    (CONVTUNE_OVERLAY_DIR, a temporary folder) and a CONVTUNE_TUNE_BUDGET_S of `budget_s`. Each call decides (a
+    contest of torch against the library's kernels), runs what it decided, and its output is judged as KernelBench
+    judges it (torch's own output by allclose, and float64). Returns (the report, the number of failures)."""
+    import tempfile
+
+    import torch
+
+    from convtune.config import TOLERANCE
+    from convtune.library import dispatch, functional
+    from convtune.measure.correctness import judge
+
+    os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-verify-overlay-")
+    os.environ[dispatch.BUDGET_ENV] = f"{budget_s:g}"
+    dispatch.tune_on_first_use(True)
+    functional.forget_choices()
+    rng, dev = random.Random(seed), torch.device("cuda")
+    lines, failures, kept = [], 0, {}
+    for i in range(n):
+        case = draw_first_use(rng, i)
+        p, x, w, b = case_tensors(case, dev)
+        start = time.monotonic()
+        try:
+            value, source = functional.lookup(x, w, b is not None, case.stride, case.padding, case.dilation, "tf32")
+            out = functional.conv2d(x, w, b, case.stride, case.padding, case.dilation)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - a call that raises is a failure of the library, reported
+            failures += 1
+            lines.append(f"FAIL {case.label()}: {type(e).__name__}: {str(e).strip()[:200]}")
+            continue
+        v = judge(out, p, x, w, b, "tf32", TOLERANCE["tf32"], check="kernelbench")
+        runs = "torch" if value == "torch" else value.short()
+        name = "torch" if value == "torch" else value.kernel
+        kept[name] = kept.get(name, 0) + 1
+        if not v.ok:
+            failures += 1
+        lines.append(f"{'ok  ' if v.ok else 'FAIL'} {case.label()}: runs {runs} ({time.monotonic() - start:.1f} s"
+                     f" with its first-use contest){'' if v.ok else ': ' + v.message}")
+    summary = ", ".join(f"{name} {count}" for name, count in sorted(kept.items()))
+    lines.append(f"first use: {n} calls tuned on first use ({summary}), {failures} failure(s)")
+    return "\n".join(lines), failures
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m convtune.commands.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
@@ -370,6 +429,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--report", nargs="+", default=None, metavar="OUT_FILE",
                     help="run nothing: the report of --out files (several runs with different --seed add up; a "
                          "case found in two files counts once)")
+    ap.add_argument("--first-use", type=int, default=0, metavar="N",
+                    help="GPU: also N random library calls with tuning on first use on, each judged (default 0)")
+    ap.add_argument("--first-use-budget", type=float, default=5.0, help="seconds a first-use contest may take")
     a = ap.parse_args(argv)
     if a.report:
         return _report_files(a.report, a.strict_torch)
@@ -380,6 +442,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "interpreter"
     if device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda: no CUDA device is visible (--device interpreter runs small shapes on the CPU)", file=sys.stderr)
+        return 2
+    if a.first_use and device != "cuda":
+        print("error: --first-use checks the library's GPU path (it runs torch for CPU tensors): it needs a CUDA GPU",
+              file=sys.stderr)
         return 2
     if device == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
@@ -421,6 +487,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     text, failures = report(results, a.strict_torch)
     print(text)
     print(f"{failures} failure(s) in {len(results)} cases" + ("" if failures == 0 else ": see the FAIL lines above"))
+    if a.first_use:
+        text, missed = first_use(a.first_use, a.seed, a.first_use_budget)
+        print(text)
+        failures += missed
     return 1 if failures else 0
 
 
