@@ -25,7 +25,7 @@ CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room 
     "record": set(),
     # tune_model.py converts a model with the library and contests each shape as its first use would
     "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.setup",
-             "convtune.config", "convtune.problem", "convtune.errors", "convtune.library"},
+             "convtune.config", "convtune.problem", "convtune.errors", "convtune.library", "convtune.interrupts"},
     "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
     # the first-use contest (library/dispatch.py) is the tracker's: its timing and the judge's check (measure/contest)
     "library": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.measure", "convtune.config"},

@@ -65,6 +65,41 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     assert c.get_run(model_run.info.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
+def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
+    """Ctrl-C at a terminal reaches tune_model.py and the shape's run.py alike (one process group): the job's run,
+    the shape's sweep and the model's run all end KILLED, and tune_model.py exits 130."""
+    import signal
+    import time
+
+    marker = tmp_path / "paused"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0", "CONVTUNE_PAUSE_AT": "job_running",
+           "CONVTUNE_PAUSE_FILE": str(marker)}
+    cmd = [sys.executable, "tune_model.py", "model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1",
+           "device=interpreter", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
+           f"hydra.run.dir={tmp_path / 'out'}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the first shape's first job never reached its pause point"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out[-3000:]
+    c = MlflowClient(store)
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    assert runs and not [x.info.run_name for x in runs if x.info.status == "RUNNING"]
+    (model_run,) = [x for x in runs if x.data.tags.get("kind") == "tune_model"]
+    assert model_run.info.status == "KILLED" and model_run.data.tags["status"] == "killed"
+    assert {x.info.status for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id} == {"KILLED"}
+
+
 def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
     from hydra import compose, initialize_config_dir
 

@@ -71,6 +71,11 @@ class Tag:
     KIND = "kind"  # "promote"
     DECISION = "decision"  # promoted | kept
     REASON = "reason"
+    # a model's run (tune_model.py, kind "tune_model")
+    MODEL_KEY = "convtune.model_key"  # model, batch, layout, mode, precision and GPU: what a rerun resumes by
+    DONE_PREFIX = "done/"  # done/<pin key>: promote's decision for that shape
+    SHAPES_FAILED = "shapes_failed"
+    SHAPES_DROPPED = "shapes_dropped"  # promoted shapes the model was not faster with: torch pinned
 
 
 class Param:
@@ -85,6 +90,14 @@ class Param:
     BENCH_PREFIX = "bench."  # the timing settings as used (reduced under the interpreter)
     PROMOTE_PREFIX = "promote."
     TARGET_DEVICE = "target_device"
+    # a model's run (tune_model.py)
+    MODEL = "model"
+    BATCH = "batch"
+    LAYOUT = "layout"
+    TRAIN = "train"
+    SHAPES = "shapes"
+    TURNS = "turns"
+    PINS_FILE = "pins_file"
 
 
 class Metric:
@@ -132,6 +145,13 @@ class Metric:
     GAIN = "gain"
     RATIO_LOWER_BOUND = "ratio_lower_bound"
     RATIO_UPPER_BOUND = "ratio_upper_bound"
+    # a model's run (tune_model.py): the model as tuned against torch, end to end
+    SPEEDUP_VS_TORCH = "speedup_vs_torch"
+    TIME_RATIO = "time_ratio"
+    TIME_RATIO_LOW = "time_ratio_low"
+    TIME_RATIO_HIGH = "time_ratio_high"
+    STEP_MS_TORCH = "step_ms_torch"
+    STEP_MS_TUNED = "step_ms_tuned"
 
 
 def _names(cls: type) -> set[str]:

@@ -25,6 +25,7 @@ import datetime
 import importlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,14 +37,14 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from convtune import interrupts
 from convtune.errors import ConfigError
 from convtune.problem import ConvProblem
-from convtune.record import Tag
+from convtune.record import Metric, Param, Status, Tag
 
 KIND = "tune_model"  # the model run's Tag.KIND
-MODEL_KEY = "convtune.model_key"  # the tag a rerun finds the model's run by
-DONE = "done/"  # prefix of a model run's tag per decided shape: done/<pin key> = promote's decision line
 TORCHVISION_INPUT = (3, 224, 224)
+STOP_GRACE_S = 60  # after an interrupt, how long a shape's run.py has to close its runs before it is killed
 
 
 @dataclass
@@ -115,7 +116,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
 
     from convtune.kernels import pins
     from convtune.library import overlay
-    from convtune.setup import INTERPRETER, resolve_device
+    from convtune.setup import INTERPRETER, experiment_name, resolve_device
     from convtune.track.store import Tracker, resolve_uri, say_reaped
 
     validate(cfg)
@@ -154,7 +155,9 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     mode = "train" if cfg.train else "eval"
     identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {precision} · {gpu}" + (" · measured" if cfg.measure_only
                                                                                   else "")
-    run_id, done = _model_run(tracker, experiment + (" [interpreter]" if interpreted else ""), identity, cfg, target)
+    with interrupts.deferred():  # the run is never open without the cleanup that closes it on an interrupt
+        run_id, done = _model_run(tracker, experiment_name(cfg, experiment, device), identity, cfg, target)
+        on_kill = interrupts.on_interrupt(lambda sig: _close(tracker, run_id, sig))
     exp_id = tracker.get(run_id)["experiment_id"]
     print(f"tune_model: {identity}: {len(shapes)} distinct convolution(s)"
           + (": measured as the library runs it, nothing tuned or written" if cfg.measure_only else
@@ -176,30 +179,41 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
             if decision is None:
                 failed += 1
                 continue
-            tracker.log(run_id, tags={f"{DONE}{key}": decision})
+            tracker.log(run_id, tags={f"{Tag.DONE_PREFIX}{key}": decision})
             print(f"{label}: {decision} ({time.monotonic() - t0:.0f} s)", flush=True)
         from convtune.library import functional
 
         functional.forget_choices()
         table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target, library_variant)
-    except BaseException as e:
-        tracker.log(run_id, tags={Tag.STATUS: "killed" if isinstance(e, KeyboardInterrupt) else "failed",
-                                  Tag.ERROR_TYPE: type(e).__name__, Tag.ERROR_MESSAGE: str(e)[:500]})
-        tracker.end(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+    except Exception as e:  # an error, recorded with its message (a signal goes on to on_kill, through guard)
+        with interrupts.deferred():
+            on_kill.cancel()
+            tracker.log(run_id, tags={Tag.ERROR_TYPE: type(e).__name__, Tag.ERROR_MESSAGE: str(e)[:500]})
+            _close(tracker, run_id, interrupts.ABNORMAL_EXIT)
         raise
     note = (f"## {identity}\n\n{len(shapes)} distinct convolutions; pins in `{target}`.\n\n{table}\n"
             + ("\n(interpreter) CPU times of the pipeline's dry run: meaningless for a GPU; the library runs torch "
                "for CPU tensors.\n" if interpreted else ""))
-    tracker.log_text(run_id, note, "end_to_end.md")
-    tracker.log(run_id, metrics=numbers, tags={Tag.NOTE: note, Tag.STATUS: "ok" if not failed else "failed",
-                                                "shapes_failed": failed, "shapes_dropped": len(dropped)})
-    tracker.end(run_id, "FINISHED" if not failed else "FAILED")
+    with interrupts.deferred():  # the outcome is written whole
+        tracker.log_text(run_id, note, "end_to_end.md")
+        status = Status.FAILED if failed else Status.OK
+        tracker.log(run_id, metrics=numbers, tags={Tag.NOTE: note, Tag.STATUS: status, Tag.SHAPES_FAILED: failed,
+                                                    Tag.SHAPES_DROPPED: len(dropped)})
+        tracker.end(run_id, Status.mlflow(status))
+        on_kill.cancel()
     print(table, flush=True)
     if interpreted:
         print("(interpreter) CPU times of a dry run of the pipeline: meaningless for a GPU", flush=True)
     print(f"browse: mlflow ui --backend-store-uri {uri}   then "
           f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs/{run_id}", flush=True)
     return 1 if failed else 0
+
+
+def _close(tracker: Any, run_id: str, why: str) -> None:
+    """End the model's run KILLED after a signal (`why` its name), FAILED after an error (interrupts.ABNORMAL_EXIT)."""
+    status = Status.FAILED if why == interrupts.ABNORMAL_EXIT else Status.KILLED
+    tracker.log(run_id, tags={Tag.STATUS: status})
+    tracker.end(run_id, Status.mlflow(status))
 
 
 def _value(v: Any) -> str:
@@ -213,18 +227,18 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
     from convtune.track.store import this_process
 
     exp_id = tracker.experiment_id(experiment)
-    runs = [r for r in tracker.search(f"tags.`{MODEL_KEY}` = '{identity}'") if r["experiment_id"] == exp_id]
+    runs = [r for r in tracker.search(f"tags.`{Tag.MODEL_KEY}` = '{identity}'") if r["experiment_id"] == exp_id]
     if cfg.resume and runs and not cfg.measure_only:
         run = max(runs, key=lambda r: r["start_time"])
         tracker.reopen(run["run_id"], this_process())
-        done = {k[len(DONE):]: v for k, v in run["tags"].items() if k.startswith(DONE)}
+        done = {k[len(Tag.DONE_PREFIX):]: v for k, v in run["tags"].items() if k.startswith(Tag.DONE_PREFIX)}
         print(f"tune_model: resuming run {run['run_id']}: {len(done)} shape(s) decided before", flush=True)
         return run["run_id"], done
-    run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, MODEL_KEY: identity, Tag.STATUS: "running",
-                                                       **git_tags()})
-    tracker.log(run_id, params={"model": cfg.model, "batch": cfg.batch, "layout": _value(cfg.layout),
-                                "train": cfg.train, "precision": _value(cfg.precision), "shapes": cfg.shapes,
-                                "turns": cfg.turns, "pins_file": str(target)})
+    run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, Tag.MODEL_KEY: identity,
+                                                       Tag.STATUS: Status.RUNNING, **git_tags()})
+    tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: _value(cfg.layout),
+                                Param.TRAIN: cfg.train, Param.PRECISION: _value(cfg.precision), Param.SHAPES: cfg.shapes,
+                                Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
     return run_id, {}
 
 
@@ -236,16 +250,34 @@ def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, 
            *shape_overrides(s.problem, name), f"precision={_value(cfg.precision)}", f"device={device}",
            f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"tracking.parent_run={run_id}",
            f"pins_file={target}", f"hydra.sweep.dir={out_dir}", *cfg.sweep]
-    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
-    decision = re.search(r"^decision: .*$", r.stdout, re.M)
-    if r.returncode == 0 and not decision and re.search(r"^promote: no finished, correct runs", r.stdout, re.M):
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:  # interrupted: the shape's sweep must close its runs KILLED before this process ends
+        _stop(proc)
+        raise
+    decision = re.search(r"^decision: .*$", stdout, re.M)
+    if proc.returncode == 0 and not decision and re.search(r"^promote: no finished, correct runs", stdout, re.M):
         # every candidate failed the judge's check or could not run here: nothing to promote, torch runs the shape
         return "TORCH: no candidate ran and matched torch here (the sweep's table says why); the library runs torch"
-    if r.returncode != 0 or not decision:
-        print(f"{s.problem.key()}: the sweep or promote failed (exit {r.returncode}); its last lines:\n"
-              + "\n".join((r.stdout + r.stderr).strip().splitlines()[-8:]), flush=True)
+    if proc.returncode != 0 or not decision:
+        print(f"{s.problem.key()}: the sweep or promote failed (exit {proc.returncode}); its last lines:\n"
+              + "\n".join((stdout + stderr).strip().splitlines()[-8:]), flush=True)
         return None
     return decision[0][len("decision: "):]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """A shape's run.py when this process is interrupted: a Ctrl-C at a terminal reached it too, so it gets time to
+    record its runs KILLED; a signal sent to this process alone is passed on; one that will not end is killed (its
+    runs are then reaped KILLED by the next process that opens the store)."""
+    for give, then in ((5, lambda: proc.send_signal(signal.SIGINT)), (STOP_GRACE_S, proc.kill)):
+        try:
+            proc.wait(give)
+            return
+        except subprocess.TimeoutExpired:
+            then()
+    proc.wait()
 
 
 def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precision: str, gpu: str, target: Path,
@@ -300,9 +332,9 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     head = ("| model | median ms per " + ("train step" if cfg.train else "forward") + " | time / torch (95 % interval)"
             " | speedup | layers on convtune | note |\n|---|---|---|---|---|---|")
     table = head + "\n" + "\n".join(rows) + f"\n\n{'as converted' if cfg.measure_only else 'as tuned'}: {1 / r.median:.3f}x torch (time ratio {r})"
-    numbers = {"speedup_vs_torch": 1 / r.median, "time_ratio": r.median, "time_ratio_low": r.low,
-               "time_ratio_high": r.high, "step_ms_torch": 1e3 * statistics.median(times["torch"]),
-               "step_ms_tuned": 1e3 * statistics.median(times[final])}
+    numbers = {Metric.SPEEDUP_VS_TORCH: 1 / r.median, Metric.TIME_RATIO: r.median, Metric.TIME_RATIO_LOW: r.low,
+               Metric.TIME_RATIO_HIGH: r.high, Metric.STEP_MS_TORCH: 1e3 * statistics.median(times["torch"]),
+               Metric.STEP_MS_TUNED: 1e3 * statistics.median(times[final])}
     return table, numbers, dropped
 
 
