@@ -160,6 +160,8 @@ def test_a_sweeps_run_name_says_what_it_varies_then_when():
         "num_warps=2,4 BLOCK_M=48,32 · 11-22 12:05"
     assert sweep_run_name(["+experiment=seed_configs", "problem=tiny"], noon) == "+experiment=seed_configs · 11-22 12:05"
     assert sweep_run_name(["problem=tiny"], noon) == "sweep · 11-22 12:05"
+    assert sweep_run_name(["+experiment=candidates", "problem=tiny", "problem.name=resnet50_layer1_0_conv1",
+                           "problem.batch=32"], noon) == "resnet50_layer1_0_conv1 +experiment=candidates · 11-22 12:05"
     assert browse_hint("http://10.0.0.5:5000/", "7") == \
         "browse: http://10.0.0.5:5000/#/experiments/7/runs?workflowType=machine_learning"
     assert browse_hint("http://10.0.0.5:5000/", "7", "abc").splitlines() == [

@@ -132,8 +132,11 @@ def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> st
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(task_overrides)
+    # a problem defined on the command line (tune_model.py's shapes) is named first: the sweeps nested under a
+    # model's run differ by it alone
+    named = [str(o.value()) for o in parsed if o.key_or_group == "problem.name"]
     varied = [o.input_line for o in parsed if o.is_sweep_override() or o.key_or_group.lstrip("+") == "experiment"]
-    return f"{' '.join(varied) or 'sweep'} · {time.strftime('%m-%d %H:%M', time.localtime(now))}"
+    return f"{' '.join(named + varied) or 'sweep'} · {time.strftime('%m-%d %H:%M', time.localtime(now))}"
 
 
 def record_total_jobs(config: DictConfig, total: int) -> None:
