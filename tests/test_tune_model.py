@@ -140,3 +140,29 @@ def test_a_parent_run_must_be_a_run_of_the_experiment_written_to(store):
         with pytest.raises(ConfigError) as e:
             outer_run(tracker, bad, experiment)
         assert str(e.value).startswith(f"tracking.parent_run='{bad}' is not allowed: the id of a run in {store}")
+
+
+def test_turns_rotate_the_order_and_the_ratio_says_faster_only_when_its_interval_is_below_one():
+    from convtune.measure import ab
+
+    order = []
+
+    def step(name, seconds):
+        def run():
+            order.append(name)
+            return seconds
+        return run
+
+    times = ab.take_turns({"a": step("a", 2.0), "b": step("b", 1.0), "c": step("c", 2.0)}, turns=6, warmup=1)
+    assert order[:3] == ["a", "b", "c"]  # the warm-up, untimed
+    turns = [order[3 + 3 * i: 6 + 3 * i] for i in range(6)]
+    assert turns[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]] and turns[3:] == turns[:3]
+    assert times == {"a": [2.0] * 6, "b": [1.0] * 6, "c": [2.0] * 6}
+    faster = ab.ratio(times, "b", "a")
+    assert (faster.median, faster.low, faster.high) == (0.5, 0.5, 0.5) and faster.faster
+    same = ab.ratio(times, "c", "a")
+    assert same.median == 1.0 and not same.faster  # not faster: the interval does not lie below 1
+    mixed = ab.ratio({"x": [0.9, 1.1, 0.95, 1.05], "y": [1.0] * 4}, "x", "y")
+    assert mixed.low < 1.0 < mixed.high and not mixed.faster
+    with pytest.raises(ValueError, match="turns=1"):
+        ab.take_turns({"a": step("a", 1.0)}, turns=1, warmup=0)
