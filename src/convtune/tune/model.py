@@ -41,6 +41,7 @@ from convtune import interrupts
 from convtune.errors import ConfigError
 from convtune.problem import ConvProblem
 from convtune.record import Metric, Param, Status, Tag
+from convtune.setup import enum_value
 
 KIND = "tune_model"  # the model run's Tag.KIND
 TORCHVISION_INPUT = (3, 224, 224)
@@ -104,7 +105,8 @@ def shape_overrides(p: ConvProblem, name: str) -> list[str]:
     pair = lambda v: f"[{v[0]},{v[1]}]"  # noqa: E731
     return [f"problem.name={name}", f"problem.description={name}: {p.key()}", f"problem.batch={p.batch}",
             f"problem.in_channels={p.in_channels}", f"problem.height={p.height}", f"problem.width={p.width}",
-            f"problem.out_channels={p.out_channels}", f"problem.kernel_h={p.kernel_h}", f"problem.kernel_w={p.kernel_w}",
+            f"problem.out_channels={p.out_channels}", f"problem.kernel_h={p.kernel_h}",
+            f"problem.kernel_w={p.kernel_w}",
             f"problem.stride={pair(p.stride)}", f"problem.padding={pair(p.padding)}",
             f"problem.dilation={pair(p.dilation)}", f"problem.bias={str(p.bias).lower()}", f"problem.init={p.init}",
             f"problem.layout={p.layout}"]
@@ -120,14 +122,14 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     from convtune.track.store import Tracker, resolve_uri, say_reaped
 
     validate(cfg)
-    choice = _value(cfg.device)
+    choice = enum_value(cfg.device)
     device = resolve_device(choice)
     if device != "cuda" and choice != "interpreter":
         raise ConfigError("device", choice, "cuda, on a CUDA GPU (pins are per GPU); device=interpreter is a dry run "
                                             "of the pipeline on the CPU, with CPU times")
     interpreted = device == INTERPRETER
     gpu = INTERPRETER if interpreted else torch.cuda.get_device_name()
-    precision, layout = _value(cfg.precision), _value(cfg.layout)
+    precision, layout = enum_value(cfg.precision), enum_value(cfg.layout)
     target = Path(cfg.pins_file).expanduser().resolve() if cfg.pins_file else overlay.path_for(gpu)
     if target is None:
         raise ConfigError("pins_file", None, f"a path: the per-user overlay is off ({overlay.ENV}=off)")
@@ -163,8 +165,6 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
           + (": measured as the library runs it, nothing tuned or written" if cfg.measure_only else
              f", the {len(chosen)} with the most FLOPs tuned" if len(chosen) < len(shapes) else "")
           + f"; pins into {target}; MLflow run {run_id} ({uri})", flush=True)
-    from convtune.kernels import library_variant
-
     failed = 0
     try:
         for i, s in enumerate(chosen, 1):
@@ -184,7 +184,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
         from convtune.library import functional
 
         functional.forget_choices()
-        table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target, library_variant)
+        table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target)
     except Exception as e:  # an error, recorded with its message (a signal goes on to on_kill, through guard)
         with interrupts.deferred():
             on_kill.cancel()
@@ -216,10 +216,6 @@ def _close(tracker: Any, run_id: str, why: str) -> None:
     tracker.end(run_id, Status.mlflow(status))
 
 
-def _value(v: Any) -> str:
-    return v.value if hasattr(v, "value") else str(v)
-
-
 def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, target: Path) -> tuple[str, dict]:
     """The model's run: the latest one for `identity` when resuming (reopened), else a new one; with the shapes it
     decided (pin key → decision line)."""
@@ -236,9 +232,9 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
         return run["run_id"], done
     run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, Tag.MODEL_KEY: identity,
                                                        Tag.STATUS: Status.RUNNING, **git_tags()})
-    tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: _value(cfg.layout),
-                                Param.TRAIN: cfg.train, Param.PRECISION: _value(cfg.precision), Param.SHAPES: cfg.shapes,
-                                Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
+    tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: enum_value(cfg.layout),
+                                Param.TRAIN: cfg.train, Param.PRECISION: enum_value(cfg.precision),
+                                Param.SHAPES: cfg.shapes, Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
     return run_id, {}
 
 
@@ -247,7 +243,7 @@ def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, 
     """One shape's sweep and promote through `run.py +experiment=candidates`; promote's decision line, or None."""
     name = re.sub(r"[^A-Za-z0-9_]+", "_", f"{cfg.model.rpartition(':')[2] or cfg.model}_{s.layers[0]}")
     cmd = [sys.executable, str(root / "run.py"), "+experiment=candidates", "problem=tiny",
-           *shape_overrides(s.problem, name), f"precision={_value(cfg.precision)}", f"device={device}",
+           *shape_overrides(s.problem, name), f"precision={enum_value(cfg.precision)}", f"device={device}",
            f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"tracking.parent_run={run_id}",
            f"pins_file={target}", f"hydra.sweep.dir={out_dir}", *cfg.sweep]
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -280,12 +276,12 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precision: str, gpu: str, target: Path,
-               library_variant: Callable[..., str]) -> tuple[str, dict[str, float], list[str]]:
+def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precision: str, gpu: str,
+               target: Path) -> tuple[str, dict[str, float], list[str]]:
     """Time torch, the converted model and the converted model without each kernel shape; pin torch for a shape
     the model is not faster with; time torch against the final model again if that changed anything. Returns (the
     table, the metrics, the pin keys dropped)."""
-    from convtune.kernels import pins
+    from convtune.kernels import library_variant, pins
     from convtune.library import functional
     from convtune.measure import ab
     from convtune.library.nn import Conv2d as Ours, convert
@@ -302,7 +298,7 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     times = ab.take_turns(configs, cfg.turns, cfg.warmup)
     rows = [_row("torch", times, "torch", len(convs), 0)]
     rows.append(_row("converted", times, "torch", len(convs), len(on_kernel)))
-    dropped = []
+    dropped, kept = [], set(on_kernel)
     for s in kernel_shapes:
         without = f"without {s.problem.key()}"
         gain = ab.ratio(times, "converted", without)  # with the shape's kernel / without it
@@ -320,18 +316,18 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
                       f"{'train steps' if cfg.train else 'eval forwards'}", "layers": list(s.layers),
             "ratio_with_over_without": round(gain.median, 4), "interval": [round(gain.low, 4), round(gain.high, 4)]})
         dropped.append(key)
+        kept -= set(s.layers)
     final = "converted"
     if dropped:
         functional.forget_choices()
-        kept = on_kernel - {n for s in kernel_shapes if pins.pin_key(s.problem.key(), precision, training=cfg.train)
-                            in dropped for n in s.layers}
         times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
         rows.append(_row("final", times, "torch", len(convs), len(kept), f"{len(dropped)} shape(s) handed to torch"))
         final = "final"
     r = ab.ratio(times, final, "torch")
     head = ("| model | median ms per " + ("train step" if cfg.train else "forward") + " | time / torch (95 % interval)"
             " | speedup | layers on convtune | note |\n|---|---|---|---|---|---|")
-    table = head + "\n" + "\n".join(rows) + f"\n\n{'as converted' if cfg.measure_only else 'as tuned'}: {1 / r.median:.3f}x torch (time ratio {r})"
+    outcome = "as converted" if cfg.measure_only else "as tuned"
+    table = head + "\n" + "\n".join(rows) + f"\n\n{outcome}: {1 / r.median:.3f}x torch (time ratio {r})"
     numbers = {Metric.SPEEDUP_VS_TORCH: 1 / r.median, Metric.TIME_RATIO: r.median, Metric.TIME_RATIO_LOW: r.low,
                Metric.TIME_RATIO_HIGH: r.high, Metric.STEP_MS_TORCH: 1e3 * statistics.median(times["torch"]),
                Metric.STEP_MS_TUNED: 1e3 * statistics.median(times[final])}
