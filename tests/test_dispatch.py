@@ -146,13 +146,53 @@ def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_
 
 
 def test_tuning_on_first_use_for_a_training_call_keeps_its_winner_under_the_plain_key(pinned_on_h200, monkeypatch):
-    """The first-use contest times forward calls: what it finds is no "+train" measurement."""
+    """The first-use contest times forward calls: what it finds is no "+train" measurement, so the training call
+    that started it runs torch whatever won."""
     other = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False, layout="nchw")
     monkeypatch.setenv(dispatch.BUDGET_ENV, "0")
     convtune.tune_on_first_use(True)
     try:
-        dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu"))
+        value, _ = dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu"))
     finally:
         dispatch._tune = None
     kept = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"]
-    assert list(kept) == [pins.pin_key(other.key(), "ieee")]
+    assert list(kept) == [pins.pin_key(other.key(), "ieee")] and value == pins.TORCH
+
+
+TRAIN_KEY = pins.pin_key(P.key(), "ieee", training=True)
+TRAIN_PIN = Meta(32, 16, 16, 4, 2)
+
+
+def test_a_training_call_runs_a_kernel_only_under_a_train_pin(pinned_on_h200):
+    """A plain pin was measured on forward calls: in training its kernel gives way to torch, and the source says
+    why; a "+train" pin's kernel runs; without gradients the plain pin decides as before."""
+    value, source = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+    assert value == pins.TORCH and source.startswith("torch in training: pin NVIDIA H200 / implicit_gemm / " + KEY)
+    assert "M16-N16-K16-w4-s2" in source and '"+train" pin' in source
+    assert dispatch.decide(P, H200, (9, 0), "ieee", False, torch.device("cpu"))[0] == pins.KernelPin(
+        "implicit_gemm", PIN)
+    pins.write_pin(pinned_on_h200, H200, "implicit_gemm", TRAIN_KEY, TRAIN_PIN, {"run_id": "r2"})
+    value, source = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+    assert value == pins.KernelPin("implicit_gemm", TRAIN_PIN) and source.endswith(TRAIN_KEY)
+
+
+def test_a_plain_kernel_pin_in_the_overlay_or_a_family_runs_torch_in_training_without_a_contest(pinned_on_h200,
+                                                                                                  caplog):
+    with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
+        value, source = dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu"))
+    assert value == pins.TORCH and "torch in training: family pin NVIDIA H200" in source
+    assert caplog.text == "" and not overlay.path_for(H100).exists()  # no forward contest for a training call
+    pins.write_pin(overlay.path_for(H100), H100, "implicit_gemm", KEY, PIN, {"rule": "tuned on first use"})
+    value, source = dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu"))
+    assert value == pins.TORCH and source.startswith("torch in training: overlay ")
+
+
+def test_tune_model_s_switch_lets_training_calls_run_the_plain_pin_while_it_measures(pinned_on_h200):
+    from convtune.library import functional
+
+    generation = functional.pins_generation
+    with dispatch.forward_pins_in_training():
+        value, _ = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+        assert value == pins.KernelPin("implicit_gemm", PIN)
+    assert dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))[0] == pins.TORCH
+    assert functional.pins_generation == generation + 2  # cached decisions dropped on the way in and out

@@ -371,8 +371,9 @@ def test_a_pin_naming_the_other_kernel_routes_the_call_there_in_either_layout(tm
     x = x_cl.contiguous()
     m = Meta(16, 32, 16, 2, 2)
     f = tmp_path / "pins.yaml"
-    pins.write_pin(f, "interpreter", "implicit_gemm", NCHW16_KEY, pins.KernelPin("nhwc_igemm", m), {})
-    pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, pins.KernelPin("implicit_gemm", m), {})
+    for train in ("", pins.TRAIN):  # the calls below record gradients: their "+train" pins decide them
+        pins.write_pin(f, "interpreter", "implicit_gemm", NCHW16_KEY + train, pins.KernelPin("nhwc_igemm", m), {})
+        pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY + train, pins.KernelPin("implicit_gemm", m), {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     for inp, kernel, plan_type, layout in ((x, "nhwc_igemm", nhwc.LaunchPlan, torch.contiguous_format),
                                            (x_cl, "implicit_gemm", ig.LaunchPlan, torch.channels_last)):

@@ -15,6 +15,10 @@ on the H200 those ran whole models at 0.72-0.95x torch (issue 44). CONVTUNE_UNPI
 brings that back for experiments. A kernel that cannot run on this GPU (its compute capability, a refusal by its
 plan, shared memory per block) is never chosen: its plan refuses it, and the call runs torch with the reason logged.
 
+A call that records gradients (training) runs a kernel only under a "+train" pin: a plain pin was measured on
+forward calls, and what it names runs in training as torch (forward_pins_in_training: why, and the switch
+tune_model.py uses while it measures train steps).
+
 Every decision comes with a source string saying which rule decided and why; convert's report prints it, and the
 logger `convtune.library.dispatch` says it at DEBUG (the first-use checks at INFO, with their cost).
 """
@@ -26,6 +30,7 @@ import datetime
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from convtune.errors import ConfigError
@@ -76,7 +81,8 @@ def family_checks() -> bool:
 
 def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
            device: Any) -> tuple[pins.Pinned, str]:
-    """What runs for the call `p` on `gpu` (its compute capability; None: the interpreter), and why in one line."""
+    """What runs for the call `p` on `gpu` (its compute capability; None: the interpreter), and why in one line.
+    A call that records gradients (`training`) runs a kernel only under a "+train" pin (forward_pins_in_training)."""
     home = get_variant(library_variant(p.layout, p.in_channels))
     keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
     data, path = overlay.read(gpu) if capability is not None else ({"pins": {}}, None)
@@ -85,15 +91,60 @@ def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], prec
         key, entry = found
         how = (entry.get("provenance") or {}).get("rule", "written there by hand")
         value = pins.pinned(entry)
-        return (pins.KernelPin(home.name, value) if isinstance(value, pins.Meta) else value,
-                f"overlay {path} / {home.name} / {key} ({how})")
+        value = pins.KernelPin(home.name, value) if isinstance(value, pins.Meta) else value
+        return _for_training(value, f"overlay {path} / {home.name} / {key} ({how})", key, training)
     c = choose(pins.default_path(), gpu, p, precision, training, capability)
+    if c.rule == "kernel":  # CONVTUNE_UNPINNED=kernel: the rule's kernel, as before issue 44, training calls included
+        return c.value, c.source
+    if c.value != pins.TORCH and training and not _train_key(c.key) and not _forward_pins_in_training:
+        return _for_training(c.value, c.source, c.key, training)  # a family pin's forward check would not count
     if c.rule == "family":
         return _verify_family(p, gpu, c, precision, home.name, device)
     if c.rule == "torch" and tuning() and capability is not None:
-        # the contest times forward calls: its winner is the plain key's, which a training call falls back to
-        return _tune_here(p, gpu, capability, c, precision, home.name, keys[-1], device)
-    return c.value, c.source
+        # the contest times forward calls: its winner is the plain key's, which decides calls without gradients
+        value, source = _tune_here(p, gpu, capability, c, precision, home.name, keys[-1], device)
+        return _for_training(value, source, keys[-1], training)
+    return _for_training(c.value, c.source, c.key, training)
+
+
+# Whether a call that records gradients may run the kernel of a plain pin (one measured on forward calls). Off: such a
+# call runs torch unless a "+train" pin names a kernel. Why: on the H200, two ResNet-50 batch-32 shapes whose kernels
+# won their forward contests (nchw_1x1, nchw_igemm) each made SGD train steps 6.6 % and 7.9 % slower (tune_model.py
+# train=true, with / without 1.0662 and 1.0791); the train step waits on the host, and a training call of those kernels
+# cost ~0.6 ms of host time against torch's ~0.08 (a cProfile of 10 steps: 53 ms in 80 calls). tune_model.py train=true
+# turns it on while it times train steps, then writes the "+train" pins that the measurement supports.
+_forward_pins_in_training = False
+on_rule_change: list[Callable[[], None]] = []  # what drops cached decisions (library/functional registers its own)
+
+
+@contextlib.contextmanager
+def forward_pins_in_training() -> Iterator[None]:
+    """Within: a training call falls back to its shape's plain pin where no "+train" pin decides (what tune_model
+    measures before it writes "+train" pins). Cached decisions are dropped on entry and exit."""
+    global _forward_pins_in_training
+    before = _forward_pins_in_training
+    _forward_pins_in_training = True
+    for forget in on_rule_change:
+        forget()
+    try:
+        yield
+    finally:
+        _forward_pins_in_training = before
+        for forget in on_rule_change:
+            forget()
+
+
+def _train_key(key: str) -> bool:
+    return key.endswith(pins.TRAIN)
+
+
+def _for_training(value: pins.Pinned, source: str, key: str, training: bool) -> tuple[pins.Pinned, str]:
+    """A decision for a call; one that records gradients runs torch where a plain pin (not "+train") named a kernel."""
+    if not training or value == pins.TORCH or _train_key(key) or _forward_pins_in_training:
+        return value, source
+    return pins.TORCH, (f"torch in training: {source} names {pins.describe(value)} for calls without gradients, and a "
+                        f"call that records gradients runs a kernel only under a \"{pins.TRAIN}\" pin (tune_model.py "
+                        "train=true measures and writes those)")
 
 
 def _verify_family(p: ConvProblem, gpu: str, c: Choice, precision: str, section: str,

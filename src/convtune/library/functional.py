@@ -69,8 +69,8 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
            precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[pins.KernelPin, str], str]:
     """What the library runs for this call (a pins.KernelPin: the kernel and its configuration; or pins.TORCH) and
     which rule decided it, and why (library/dispatch.py: overlay, pin, family pin verified here, tuned on first use,
-    torch). `training`: the call records gradients (records_gradients), and a
-    "+train" pin for the shape decides first. `layout`: the call's (call_layout, read off x and weight if None)."""
+    torch). `training`: the call records gradients (records_gradients): it runs a kernel only under a "+train" pin.
+    `layout`: the call's (call_layout, read off x and weight if None)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
@@ -388,3 +388,6 @@ def forget_choices() -> None:
     _plans.clear()
     _torch_pinned_cache.clear()
     pins_generation += 1
+
+
+dispatch.on_rule_change.append(forget_choices)

@@ -280,48 +280,62 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
                target: Path) -> tuple[str, dict[str, float], list[str]]:
     """Time torch, the converted model and the converted model without each kernel shape; pin torch for a shape
     the model is not faster with; time torch against the final model again if that changed anything. Returns (the
-    table, the metrics, the pin keys dropped)."""
+    table, the metrics, the pin keys dropped).
+
+    With train=true the converted model's training calls run the shapes' plain (forward) pins while this measures
+    (dispatch.forward_pins_in_training: a training call otherwise runs a kernel only under a "+train" pin); then each
+    kernel shape gets its "+train" pin: its kernel where the train steps were faster with it, else torch."""
+    import contextlib
+
     from convtune.kernels import library_variant, pins
-    from convtune.library import functional
+    from convtune.library import dispatch, functional
     from convtune.measure import ab
     from convtune.library.nn import Conv2d as Ours, convert
 
-    report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: the classes take turns
-    on_kernel = {sw.name for sw in report if sw.runs.startswith("convtune")
-                 and not (cfg.train and "; in training torch" in sw.runs)}
-    convs = [(name, m) for name, m in model.named_modules() if isinstance(m, Ours)]
-    kernel_shapes = [s for s in shapes if set(s.layers) & on_kernel]
-    steps = _steps(model, x, cfg.train, convs)
-    configs = {"torch": steps(set()), "converted": steps(on_kernel)}
-    for s in kernel_shapes:
-        configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
-    times = ab.take_turns(configs, cfg.turns, cfg.warmup)
+    trial = cfg.train and not cfg.measure_only
+    with dispatch.forward_pins_in_training() if trial else contextlib.nullcontext():
+        report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: the classes take turns
+        on_kernel = {sw.name for sw in report if sw.runs.startswith("convtune")
+                     and not (cfg.train and "; in training torch" in sw.runs)}
+        convs = [(name, m) for name, m in model.named_modules() if isinstance(m, Ours)]
+        kernel_shapes = [s for s in shapes if set(s.layers) & on_kernel]
+        steps = _steps(model, x, cfg.train, convs)
+        configs = {"torch": steps(set()), "converted": steps(on_kernel)}
+        for s in kernel_shapes:
+            configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
+        times = ab.take_turns(configs, cfg.turns, cfg.warmup)
+        forward_pins = {s.problem.key(): _plain_pin(s, x, gpu, precision) for s in kernel_shapes} if trial else {}
     rows = [_row("torch", times, "torch", len(convs), 0)]
-    rows.append(_row("converted", times, "torch", len(convs), len(on_kernel)))
+    rows.append(_row("converted", times, "torch", len(convs), len(on_kernel),
+                     "training calls on the plain pins" if trial else ""))
     dropped, kept = [], set(on_kernel)
     for s in kernel_shapes:
         without = f"without {s.problem.key()}"
         gain = ab.ratio(times, "converted", without)  # with the shape's kernel / without it
         keep = gain.faster
-        verdict = "faster with it" if keep else "not faster with it" if cfg.measure_only else "torch pinned"
+        verdict = ("faster with it" + (": +train pin" if trial else "") if keep
+                   else "not faster with it" if cfg.measure_only else "torch pinned")
         rows.append(_row(without, times, "torch", len(convs), len(on_kernel - set(s.layers)),
                          f"with / without: {gain} → {verdict}"))
-        if keep or cfg.measure_only:
+        if cfg.measure_only or (keep and not trial):
             continue
         key = pins.pin_key(s.problem.key(), precision, training=cfg.train)
-        pins.write_pin(target, gpu, library_variant(s.problem.layout, s.problem.in_channels), key, pins.TORCH, {
-            "rule": "tune_model: the model was not faster with the kernel",
+        value = forward_pins[s.problem.key()] if keep else pins.TORCH
+        pins.write_pin(target, gpu, library_variant(s.problem.layout, s.problem.in_channels), key, value, {
+            "rule": "tune_model: the model was " + ("faster" if keep else "not faster") + " with the kernel",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "method": f"tune_model.py model={cfg.model} batch={cfg.batch}: {cfg.turns} interleaved "
                       f"{'train steps' if cfg.train else 'eval forwards'}", "layers": list(s.layers),
             "ratio_with_over_without": round(gain.median, 4), "interval": [round(gain.low, 4), round(gain.high, 4)]})
-        dropped.append(key)
-        kept -= set(s.layers)
+        if not keep:
+            dropped.append(key)
+            kept -= set(s.layers)
     final = "converted"
-    if dropped:
+    if dropped or (trial and kernel_shapes):  # the library as it now runs: its "+train" pins, outside the trial
         functional.forget_choices()
         times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
-        rows.append(_row("final", times, "torch", len(convs), len(kept), f"{len(dropped)} shape(s) handed to torch"))
+        rows.append(_row("final", times, "torch", len(convs), len(kept),
+                         f"{len(dropped)} shape(s) handed to torch" if dropped else "as the library now runs it"))
         final = "final"
     r = ab.ratio(times, final, "torch")
     head = ("| model | median ms per " + ("train step" if cfg.train else "forward") + " | time / torch (95 % interval)"
@@ -332,6 +346,16 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
                Metric.TIME_RATIO_HIGH: r.high, Metric.STEP_MS_TORCH: 1e3 * statistics.median(times["torch"]),
                Metric.STEP_MS_TUNED: 1e3 * statistics.median(times[final])}
     return table, numbers, dropped
+
+
+def _plain_pin(s: Shape, x: Any, gpu: str, precision: str) -> Any:
+    """What the library runs for the shape's calls without gradients (the kernel a "+train" pin then names)."""
+    import torch
+
+    from convtune.library import dispatch
+
+    capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
+    return dispatch.decide(s.problem, gpu, capability, precision, False, x.device)[0]
 
 
 def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, ours: int, note: str = "") -> str:
