@@ -108,6 +108,46 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     functional.forget_choices()
 
 
+def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgotten_with_the_pins(tmp_path,
+                                                                                                   monkeypatch):
+    """A layer whose kernel has no bound launch (here every kernel: the tests run Triton's interpreter, which has
+    no runner to bind): its first call decides, the next calls of that signature go straight to the kernel's full
+    path with the same output; another layout, new pins, or a changed layer decide again. In training the +train
+    pin decides."""
+    import convtune
+    from convtune.kernels import Meta, pins
+    from convtune.library import functional
+    from convtune.problem import ConvProblem
+
+    layer = convtune.nn.Conv2d(64, 128, 1).cuda()
+    x = torch.rand(4, 64, 16, 16, device="cuda")
+    prec = functional.default_precision()
+    key = ConvProblem("", 4, 64, 16, 16, 128, 1, 1, (1, 1), (0, 0), (1, 1), 1, True).key()
+    f = tmp_path / "pins.yaml"
+    for train in (False, True):
+        pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", pins.pin_key(key, prec, training=train),
+                       Meta(32, 32, 32, 4, 2), {})
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    functional.forget_choices()
+    with torch.no_grad():
+        first = layer(x)
+        assert layer._kernel_for is not None and layer._bound is None
+        assert torch.equal(layer(x), first)  # through the shortcut: the same binary, the same bits
+        ref = torch.nn.functional.conv2d(x, layer.weight, layer.bias)
+        torch.testing.assert_close(first, ref, rtol=1e-3, atol=1e-3)
+        cl = layer(x.contiguous(memory_format=torch.channels_last))  # another layout: decided again
+        assert cl.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(cl, ref, rtol=1e-3, atol=1e-3)
+    y = layer(x)  # the parameters require gradients: a training call, decided by its +train pin
+    y.sum().backward()
+    assert layer.weight.grad is not None and layer._kernel_for[5] is True
+    functional.forget_choices()
+    assert layer._kernel_for[3] != functional.pins_generation  # pins re-read: the shortcut no longer applies
+    layer.padding = (0, 0)
+    assert layer._kernel_for is None  # a layer attribute set: decide again
+    functional.forget_choices()
+
+
 def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_path, monkeypatch):
     """A "+train" pin that names torch: calls that record gradients run torch (its autograd node, its output
     bitwise), calls without gradients still run the kernel, and convert's report names both."""

@@ -232,9 +232,9 @@ def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
             and (bias is None or bias.is_contiguous())):
         return None
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision, training)
-    prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
-    if not isinstance(plan, ig.LaunchPlan) or plan.out_cl:  # pins.TORCH
+    if not isinstance(plan, ig.LaunchPlan) or plan.out_cl:  # pins.TORCH, or a kernel with no bound launch
         return None
+    prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
     launch_bound = ig.bind(plan, input, weight, bias)
     if launch_bound is None:
         return None

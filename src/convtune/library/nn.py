@@ -27,11 +27,16 @@ class Conv2d(torch.nn.Conv2d):
     # The last signature that runs our kernel, bound (functional.Bound): a call that matches it launches the
     # bound binary directly, skipping the pin lookup, the plan cache and Triton's argument binding.
     _bound: Optional[functional.Bound] = None
+    # The last signature that runs our kernel on the full path (a kernel with no bound launch, or a layout that has
+    # none): the next call with it skips the pin lookup and the attempt to bind, and goes to kernel_conv2d, which
+    # finds its plan in the plan cache.
+    _kernel_for: Any = None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in ("_bound", "_torch_for"):  # stride, padding, groups, ... changed: decide again
+        if name not in ("_bound", "_torch_for", "_kernel_for"):  # stride, padding, groups, ... changed: decide again
             self.__dict__.pop("_bound", None)
             self.__dict__.pop("_torch_for", None)
+            self.__dict__.pop("_kernel_for", None)
         super().__setattr__(name, value)
 
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
@@ -68,6 +73,9 @@ class Conv2d(torch.nn.Conv2d):
         sig = (x.shape, x.dtype, x.device, functional.pins_generation, tf32, training)
         if sig == self._torch_for:
             return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1)
+        kernel_sig = sig + (x.is_contiguous(), weight.dtype, None if bias is None else bias.dtype)
+        if kernel_sig == self._kernel_for:
+            return functional.kernel_conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1, precision)
         if self.why_torch(x) is None:
             if not functional.pinned_to_torch(x, weight, bias, self.stride, self.padding, self.dilation, precision,
                                               training=training):
@@ -75,8 +83,10 @@ class Conv2d(torch.nn.Conv2d):
                                                       precision, training)
                 if bound is not None:
                     return bound(x, weight, bias)
-                return functional.kernel_conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1,
-                                                precision)
+                out = functional.kernel_conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1,
+                                               precision)
+                self._kernel_for = kernel_sig  # after the call: one that raised leaves no shortcut
+                return out
             self._torch_for = sig
         return super().forward(x)
 
