@@ -96,9 +96,7 @@ def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], prec
     c = choose(pins.default_path(), gpu, p, precision, training, capability)
     if c.rule == "kernel":  # CONVTUNE_UNPINNED=kernel: the rule's kernel, as before issue 44, training calls included
         return c.value, c.source
-    if c.value != pins.TORCH and training and not _train_key(c.key) and not _forward_pins_in_training:
-        return _for_training(c.value, c.source, c.key, training)  # a family pin's forward check would not count
-    if c.rule == "family":
+    if c.rule == "family" and _decides(c.key, training):  # a plain one's forward check would not count in training
         return _verify_family(p, gpu, c, precision, home.name, device)
     if c.rule == "torch" and tuning() and capability is not None:
         # the contest times forward calls: its winner is the plain key's, which decides calls without gradients
@@ -134,13 +132,15 @@ def forward_pins_in_training() -> Iterator[None]:
             forget()
 
 
-def _train_key(key: str) -> bool:
-    return key.endswith(pins.TRAIN)
+def _decides(key: str, training: bool) -> bool:
+    """Whether what the pin `key` names may run for the call: any pin for a call without gradients; a "+train" pin, or
+    a plain one within forward_pins_in_training, for a call that records gradients."""
+    return not training or key.endswith(pins.TRAIN) or _forward_pins_in_training
 
 
 def _for_training(value: pins.Pinned, source: str, key: str, training: bool) -> tuple[pins.Pinned, str]:
     """A decision for a call; one that records gradients runs torch where a plain pin (not "+train") named a kernel."""
-    if not training or value == pins.TORCH or _train_key(key) or _forward_pins_in_training:
+    if value == pins.TORCH or _decides(key, training):
         return value, source
     return pins.TORCH, (f"torch in training: {source} names {pins.describe(value)} for calls without gradients, and a "
                         f"call that records gradients runs a kernel only under a \"{pins.TRAIN}\" pin (tune_model.py "
