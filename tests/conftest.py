@@ -5,12 +5,13 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton's jit: kernels then run on the CPU
 
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+from tests import preloaded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,7 @@ def run_cli(tmp_path, store):
         # a temp pins file too: a test must never write the package's own pins (microtune promotes)
         cmd = [sys.executable, "run.py", *args, f"tracking.uri={uri or store}", f"pins_file={tmp_path / 'pins.yaml'}",
                f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        return preloaded.run(cmd, cwd=ROOT, env=env, timeout=timeout)
     return run
 
 

@@ -5,7 +5,6 @@ tests/gpu_scripts/fused_gluon.py and `python -m convtune.commands.verify --varia
 
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from convtune.kernels import fused_gluon as fg
 from convtune.kernels.common import geometry
 from convtune.kernels.fold_igemm import fold_weight
 from convtune.kernels.precision import round_to_tf32
+from tests import preloaded
 
 L1_50 = {"x": (256, 3, 224, 224), "w": (96, 3, 11, 11), "stride": 4, "padding": 2}
 META = Meta(64, 128, 16, 4, 2)
@@ -223,7 +223,7 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "    assert compiled.metadata.shared >= 27 * 96 * 16 * 4  # the resident weight: 162 KB\n"
         "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = preloaded.run([sys.executable, "-c", check], cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     if r.stdout.strip().startswith("skip:"):
         pytest.skip(r.stdout.strip()[len("skip: "):])

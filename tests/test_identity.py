@@ -1,7 +1,6 @@
 """A kernel's identity (issue 43): its jit code, compile options and version; never its host plumbing or comments."""
 
 import importlib.util
-import subprocess
 import sys
 
 import pytest
@@ -10,6 +9,7 @@ from convtune import kernels
 from convtune.kernels import identity, implicit_gemm
 from convtune.record import Identity, RunView
 from tests.conftest import ROOT
+from tests import preloaded
 
 
 def test_normalized_text_drops_comments_docstrings_and_layout_but_not_tokens():
@@ -57,7 +57,7 @@ def test_host_code_and_comments_leave_the_identity_alone_and_jit_code_and_versio
 def test_the_identity_is_the_same_compiled_and_under_the_interpreter():
     code = "from convtune import kernels; print(sorted((n, v.source_hash) for n, v in kernels.VARIANTS.items()))"
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    compiled = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    compiled = preloaded.run([sys.executable, "-c", code], env=env, timeout=300)
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert compiled.stdout.strip() == str(sorted((n, v.source_hash) for n, v in kernels.VARIANTS.items()))
 

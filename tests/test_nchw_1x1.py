@@ -6,7 +6,6 @@ pins. GPU-only behaviour: tests/gpu_scripts/nchw_1x1.py and `python -m convtune.
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
 from convtune.kernels import nchw_1x1 as pw
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
+from tests import preloaded
 
 META = Meta(64, 16, 16, 4, 2)
 
@@ -152,8 +152,7 @@ def test_the_source_compiles_for_sm90_to_tma_copies_and_a_register_a_wgmma_with_
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
         pytest.skip("this Triton ships no ptxas")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=300,
-                       check=False)
+    r = preloaded.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert [(f["x_tma"], f["tma"]) for f in found] == [(True, True), (False, False)]

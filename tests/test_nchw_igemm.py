@@ -7,7 +7,6 @@ needed), and its place in the library, verify and the pins. GPU-only behaviour: 
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
 from convtune.kernels import nchw_igemm as ni
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
+from tests import preloaded
 
 META = Meta(64, 16, 16, 4, 2)
 OTHER = "; nhwc_igemm and implicit_gemm run any convolution"
@@ -144,8 +144,7 @@ def test_the_source_compiles_for_sm90_to_a_register_a_wgmma_with_the_installed_t
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
         pytest.skip("this Triton ships no ptxas")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=300,
-                       check=False)
+    r = preloaded.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert [(f["w_tma"], f["tma"]) for f in found] == [(True, True), (False, False)]

@@ -5,7 +5,6 @@ for a named target (Triton's GPUTarget) and reports each binary's shared memory.
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 from convtune.kernels import LIBRARY_KERNELS, VARIANTS, choose, pins
 from convtune.library import dispatch
 from convtune.problem import ConvProblem
+from tests import preloaded
 
 ROOT = Path(__file__).resolve().parents[1]
 # (compute capability, shared memory a block may have, bytes): CUDA's limits for sm_80 and sm_89
@@ -73,8 +73,8 @@ def test_what_the_library_may_choose_on_sm80_and_sm89_compiles_there_and_hopper_
         pytest.skip("this Triton ships no ptxas")
     arg = json.dumps([[n, _mapping(p), m, prec, once] for n, p, m, prec, once in jobs + hopper_only])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, str(ROOT / "tests/portability_check.py"), arg, json.dumps(TARGETS)], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=900)
+    r = preloaded.run([sys.executable, str(ROOT / "tests/portability_check.py"), arg, json.dumps(TARGETS)], cwd=ROOT,
+                      env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [row for line in r.stdout.splitlines() if line.startswith("{\"") and "refused" not in (row := json.loads(line))]
     ours = [row for row in rows if VARIANTS[row["variant"]].runs_on((8, 9))]

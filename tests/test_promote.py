@@ -16,6 +16,7 @@ from convtune.record import Identity, Status, undeclared
 from convtune.track.store import Tracker
 from convtune.tune.export import run_export
 from convtune.tune.promote import run_promote
+from tests import preloaded
 from tests.conftest import ROOT, compose
 
 KEY = "n2-c3-h19-w17-k20-r5x5-s2x1-p2x1-d1x1-g1-bias-nchw-float32/tf32"
@@ -35,7 +36,7 @@ def promote(tmp_path, store, pins_file, *args):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cmd = [sys.executable, "promote.py", "problem=tiny", f"tracking.uri={store}", f"pins_file={pins_file}",
            f"hydra.run.dir={tmp_path / 'promote_out'}", "promote.rounds=4", "promote.reps=1", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return preloaded.run(cmd, cwd=ROOT, env=env, timeout=600)
 
 
 def promote_here(capsys, store, pins_file, *args):
@@ -209,8 +210,8 @@ EXPORTED_FILE_CHECK = (
 def run_exported(path: Path, cwd: Path, channels_last: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
     env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, "-c", EXPORTED_FILE_CHECK, str(path)] + ["cl"] * channels_last, cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return preloaded.run([sys.executable, "-c", EXPORTED_FILE_CHECK, str(path)] + ["cl"] * channels_last, cwd=cwd, env=env,
+                         timeout=300)
 
 
 @pytest.mark.parametrize("kernel,pinned", [
@@ -262,8 +263,7 @@ def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm9
         "assert k.asm['ptx'].count('wgmma.mma_async') == 72\n"
         "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
-    r = subprocess.run([sys.executable, "-c", check, str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = preloaded.run([sys.executable, "-c", check, str(out)], cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

@@ -5,12 +5,12 @@ PostgreSQL where it is missing."""
 
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import preloaded
 from tests.conftest import ROOT
 from tests.servers import mlflow_server, postgres, postgres_bin
 
@@ -25,7 +25,7 @@ def test_a_sweep_of_parallel_workers_writes_every_run_into_one_server_over_postg
         cmd = [sys.executable, "run.py", "-m", "tracking=server", "hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]",
                "problem=tiny", "bench=fast", "num_warps=1,2",
                f"pins_file={tmp_path / 'pins.yaml'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        r = preloaded.run(cmd, cwd=ROOT, env=env, timeout=900)
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert "Launching 2 jobs, one process each, on 2 GPU(s) (0, 1)" in r.stdout + r.stderr
         assert f"browse: {url}/#/experiments/" in r.stdout

@@ -13,6 +13,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import preloaded
 from tests.conftest import ROOT
 from tests.test_gpus_launcher import wait_paused
 
@@ -29,7 +30,7 @@ def sweep(tmp_path, store, *args, interpret=True, env_extra=None, popen=False):
            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return preloaded.run(cmd, cwd=ROOT, env=env, timeout=600)
 
 
 def runs_of(store, experiment):

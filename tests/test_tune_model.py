@@ -11,6 +11,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import preloaded
 from tests.conftest import ROOT
 
 KEYS = ["n1-c4-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32",
@@ -22,7 +23,7 @@ def tune_model(tmp_path, store, *args):
     cmd = [sys.executable, "tune_model.py", "model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1",
            "device=interpreter", "turns=3", "warmup=0", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
            f"hydra.run.dir={tmp_path / 'out'}", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return preloaded.run(cmd, cwd=ROOT, env=env, timeout=600)
 
 
 @pytest.mark.slow
