@@ -49,8 +49,9 @@ SWEEP_POINTS = {
 }
 
 
-# SIGINT at every point; SIGTERM (the same handler) once, where a child is open
-CASES = [(p, signal.SIGINT) for p in SWEEP_POINTS] + [("job_running:2", signal.SIGTERM)]
+# SIGINT at every point but the second job's, where SIGTERM (the same handler) comes instead: each signal once while
+# a child is open
+CASES = [(p, signal.SIGINT) for p in SWEEP_POINTS if p != "job_running:2"] + [("job_running:2", signal.SIGTERM)]
 
 
 @pytest.mark.slow
