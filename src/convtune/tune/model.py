@@ -304,7 +304,7 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
         for s in kernel_shapes:
             configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
         times = ab.take_turns(configs, cfg.turns, cfg.warmup)
-        forward_pins = {s.problem.key(): _plain_pin(s, x, gpu, precision) for s in kernel_shapes} if trial else {}
+        ran = {s.problem.key(): _training_pin(s, x, gpu, precision) for s in kernel_shapes} if trial else {}
     rows = [_row("torch", times, "torch", len(convs), 0)]
     rows.append(_row("converted", times, "torch", len(convs), len(on_kernel),
                      "training calls on the plain pins" if trial else ""))
@@ -320,7 +320,7 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
         if cfg.measure_only or (keep and not trial):
             continue
         key = pins.pin_key(s.problem.key(), precision, training=cfg.train)
-        value = forward_pins[s.problem.key()] if keep else pins.TORCH
+        value = ran[s.problem.key()] if keep else pins.TORCH
         pins.write_pin(target, gpu, library_variant(s.problem.layout, s.problem.in_channels), key, value, {
             "rule": "tune_model: the model was " + ("faster" if keep else "not faster") + " with the kernel",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -348,14 +348,15 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     return table, numbers, dropped
 
 
-def _plain_pin(s: Shape, x: Any, gpu: str, precision: str) -> Any:
-    """What the library runs for the shape's calls without gradients (the kernel a "+train" pin then names)."""
+def _training_pin(s: Shape, x: Any, gpu: str, precision: str) -> Any:
+    """What the shape's training calls ran while they were measured (within forward_pins_in_training: its "+train"
+    pin where it has one, else its plain pin): what its "+train" pin then names."""
     import torch
 
     from convtune.library import dispatch
 
     capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
-    return dispatch.decide(s.problem, gpu, capability, precision, False, x.device)[0]
+    return dispatch.decide(s.problem, gpu, capability, precision, True, x.device)[0]
 
 
 def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, ours: int, note: str = "") -> str:
