@@ -6,8 +6,9 @@ Each request on the Unix socket (one SOCK_SEQPACKET message: argv, cwd, env as J
 stderr pipes as file descriptors) is served by a fork that runs the script (or `-c` code) as `python ...` would: its own
 session and process group (so that a timeout kills the command with whatever it started, and nothing of it reaches
 the server), stdin from /dev/null, the caller's environment and folder, sys.path[0] as Python sets it, the code run as
-__main__, then the exit handlers and the exit status as Python reports it. The server sends the child's pid,
-waits for it, and sends its exit status. Nothing of convtune is imported here: each command imports it fresh.
+__main__, then the exit handlers and the exit status as Python reports it. A handler forked for the connection
+forks that child, sends its pid, waits for it and sends its exit status, so that commands run side by side (the
+tests that start four sweeps at once). Nothing of convtune is imported here: each command imports it fresh.
 """
 
 import atexit
@@ -76,31 +77,47 @@ def child(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
+def handle(conn: socket.socket) -> None:
+    """One connection, in a process of its own: never returns."""
+    code = 1
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+        request = json.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(str(pid).encode())
+        _, status = os.waitpid(pid, 0)
+        try:
+            conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+        except OSError:  # the caller gave up (its timeout)
+            pass
+        code = 0
+    finally:
+        os._exit(code)
+
+
 def main(path: str) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     server.bind(path + ".tmp")
-    server.listen()
+    server.listen(16)
     os.rename(path + ".tmp", path)  # the client waits for this name: the imports are done
     while True:
         conn, _ = server.accept()
-        with conn:
-            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
-            request = json.loads(message)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                conn.close()
-                server.close()
-                child(request, fds)
-            for fd in fds:
-                os.close(fd)
-            conn.sendall(str(pid).encode())
-            _, status = os.waitpid(pid, 0)
-            try:
-                conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
-            except OSError:  # the caller gave up (its timeout): serve the next one
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            server.close()
+            handle(conn)
+        conn.close()
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # the handlers that are done
                 pass
+        except ChildProcessError:
+            pass
 
 
 if __name__ == "__main__":

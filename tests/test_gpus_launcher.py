@@ -14,6 +14,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import preloaded
 from tests.conftest import ROOT
 
 
@@ -38,7 +39,7 @@ def paused_sweep(tmp_path, store, *args):
     env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": "job_running", "CONVTUNE_PAUSE_FILE": str(marker)}
     cmd = [sys.executable, "run.py", "-m", *GPUS, *args, f"tracking.uri={store}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
            f"pins_file={tmp_path / 'pins.yaml'}"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep = preloaded.popen(cmd, cwd=ROOT, env=env, stderr=subprocess.STDOUT)
     try:
         yield sweep, marker
     finally:

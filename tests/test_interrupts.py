@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from convtune import interrupts
+from tests import preloaded
 from tests.conftest import ROOT
 
 
@@ -23,7 +24,7 @@ def start_held(tmp_path, store, point, *args):
     cmd = [sys.executable, "run.py", *args, "problem=tiny", "bench=fast", f"tracking.uri={store}",
            f"pins_file={tmp_path / 'pins.yaml'}", f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     env = {**os.environ, "TRITON_INTERPRET": "1", "CONVTUNE_PAUSE_AT": point, "CONVTUNE_PAUSE_FILE": str(marker)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = preloaded.popen(cmd, cwd=ROOT, env=env)
     deadline = time.monotonic() + 300
     while not marker.exists():  # polling a file the process writes: a wait, not a guess about timing
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from tests import preloaded
 from tests.conftest import ROOT
 
 SPACE = ("BLOCK_M=16,32", "num_warps=1,2")
@@ -99,7 +100,7 @@ def test_a_trial_an_interrupt_left_open_is_run_again_when_the_study_resumes(run_
            f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}", "hydra.sweeper.study_name=s",
            "hydra.sweeper.n_trials=3", *SPACE, f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
            f"hydra.sweep.dir={tmp_path / 'sweep0'}"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep = preloaded.popen(cmd, cwd=ROOT, env=env, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while not marker.exists() and time.monotonic() < deadline and sweep.poll() is None:

@@ -29,7 +29,7 @@ def sweep(tmp_path, store, *args, interpret=True, env_extra=None, popen=False):
     cmd = [sys.executable, "run.py", "-m", *args, f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     if popen:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return preloaded.popen(cmd, cwd=ROOT, env=env, stderr=subprocess.STDOUT)
     return preloaded.run(cmd, cwd=ROOT, env=env, timeout=600)
 
 

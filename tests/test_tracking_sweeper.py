@@ -3,7 +3,6 @@
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from convtune.errors import StoreError
 from convtune.track import summary
 from convtune.track.store import Tracker, resolve_uri
 from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
+from tests import preloaded
 from tests.conftest import ROOT
 
 
@@ -95,9 +95,9 @@ def test_four_sweeps_started_at_once_in_the_default_folder_never_cross(tmp_path,
     state file: one parent collected 12 children of 4 sweeps, 4 of 6 parents stayed RUNNING, all exited 0. Here no
     hydra.sweep.dir is given: every sweep takes the default."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "problem=tiny", "bench=fast",
-                               "num_warps=2,4", f"tracking.uri={new_store}", f"pins_file={tmp_path / 'pins.yaml'}"],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [preloaded.popen([sys.executable, str(ROOT / "run.py"), "-m", "problem=tiny", "bench=fast",
+                              "num_warps=2,4", f"tracking.uri={new_store}", f"pins_file={tmp_path / 'pins.yaml'}"],
+                             cwd=tmp_path, env=env)
              for _ in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outs if "Error" in err]

@@ -79,8 +79,7 @@ def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
     cmd = [sys.executable, "tune_model.py", "model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1",
            "device=interpreter", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
            f"hydra.run.dir={tmp_path / 'out'}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = preloaded.popen(cmd, cwd=ROOT, env=env, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
