@@ -59,7 +59,7 @@ def test_a_search_runs_its_budget_of_distinct_configurations_and_resumes_to_the_
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=10", *SPACE)  # the same study, a larger budget
     assert r.returncode == 0, r.stderr[-3000:]
     assert "3 of 10 configurations run before; 1 to go, out of 4 in the space" in r.stdout
-    assert "1 configuration(s) run in this session, 4 in the study (0 failed); the space is exhausted" in r.stdout
+    assert "1 configuration(s) run by this sweep, 4 in the study (0 failed); the space is exhausted" in r.stdout
     runs = children(store)
     assert len(runs) == 4 and len({config_of(x) for x in runs}) == 4  # the fourth is the one left
 
@@ -68,7 +68,7 @@ def test_a_search_runs_its_budget_of_distinct_configurations_and_resumes_to_the_
 def test_a_failing_configuration_is_a_failed_trial_and_is_not_run_again(run_cli, store, tmp_path):
     r = search(run_cli, tmp_path, "hydra.sweeper.n_trials=5", "BLOCK_M=16,24")  # 24: refused by the kernel's checks
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "2 configuration(s) run in this session, 2 in the study (1 failed)" in r.stdout
+    assert "2 configuration(s) run by this sweep, 2 in the study (1 failed)" in r.stdout
     # BLOCK_M's values are numbers: an ordered dimension, whose trial param is the index of the value
     states = {("16", "24")[t.params["BLOCK_M"]]: t.state for t in study(tmp_path).trials if not t.user_attrs.get("repeat_of")}
     assert states == {"16": TrialState.COMPLETE, "24": TrialState.FAIL}

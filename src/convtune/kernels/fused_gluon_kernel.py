@@ -97,8 +97,8 @@ def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr
     columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store covers 8 columns of 4
     channels, 4 partial lines), the accumulators converted through shared memory; nothing unless `ok`. With the window
     -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 % (0.3219-0.3238 →
-    0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of commit 84ce735, session
-    21). Marked evict_first as _store_row."""
+    0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of commit 84ce735).
+    Marked evict_first as _store_row."""
     OHW: gl.constexpr = OH * OW
     st: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
     a = gl.convert_layout(acc, st)

@@ -256,7 +256,7 @@ def _an_unrun_configuration(space: Space, run: set, rng: random.Random) -> Optio
 def _report(space: Space, outcome: dict, jobs: int) -> None:
     ok = {k: v for k, v in outcome.items() if v is not None}
     failed = len(outcome) - len(ok)
-    line = f"search: {jobs} configuration(s) run in this session, {len(outcome)} in the study ({failed} failed)"
+    line = f"search: {jobs} configuration(s) run by this sweep, {len(outcome)} in the study ({failed} failed)"
     if len(outcome) >= space.size():
         line += "; the space is exhausted"
     if ok:

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 @dataclass
 class SearchSweeperConf:
     _target_: str = "hydra_plugins.convtune_search.search.SearchSweeper"
-    n_trials: int = 20  # distinct configurations to run (the study's total, over every session that resumes it)
+    n_trials: int = 20  # distinct configurations to run (the study's total, over every sweep that resumes it)
     batch_size: int = 1  # configurations asked for and launched together (as many as the launcher runs at once)
     sampler: str = "tpe"  # tpe | random
     seed: int = 0
@@ -34,7 +34,7 @@ class SearchSweeperConf:
     study_name: Optional[str] = None  # null: named after the command's overrides (same command, same study)
     params: Optional[Dict[str, str]] = None  # more overrides, as hydra.sweeper.params of the basic sweeper
     search_with: str = "convtune.launch.search.sweep"  # called with (sweeper, arguments)
-    on_planned: Optional[str] = "convtune.sweep.record_total_jobs"  # called with (config, jobs this session)
+    on_planned: Optional[str] = "convtune.sweep.record_total_jobs"  # called with (config, jobs this sweep)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="search", node=SearchSweeperConf, provider="convtune")
