@@ -7,12 +7,10 @@ and input column t, so each warp load of the A operand is 32 consecutive floats 
 from global memory (through L1) straight into the MMA's registers, rounded to TF32 there with fold_igemm's rounding
 (ties away, as cuDNN rounds on these layers), and never passes through shared memory. The folded, rounded weight
 stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded once by TMA; a persistent program an SM
-takes a contiguous share of the batch's output rows with 1 or 2 MMA warpgroups (num_stages): one with every output
-channel, or two on the same rows with the channels split 64 + 32 (issue 47: with 248 registers a thread, 2.6-3.5 %
-faster than two warpgroups on separate rows). Since commit 517fd9f a warpgroup walks down its rows with a window of
-three accumulators: each folded input row is gathered once and feeds the three output rows that read it, its next
-rows prefetched into L2, and an NCHW output row is stored 32 columns of one channel a warp
-(fused_gluon_kernel._window). The SM's shared-memory carveout is
+runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since commit 517fd9f a
+warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and feeds
+the three output rows that read it (18 MMAs a gather instead of 6), its next rows prefetched into L2, and an NCHW
+output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). The SM's shared-memory carveout is
 set to 75 % so that L1 keeps the input rows. The products and their order are fold_igemm's: the output is
 fold_igemm's bit for bit.
 
@@ -30,9 +28,9 @@ What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (comp
 precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
 must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output channels (two MMAs of 64
 and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and num_warps 4 (a warpgroup) are
-fixed by that design; num_stages is the number of MMA warpgroups, 1 or 2 (Gluon's kernels are not
-software-pipelined by stages; one warpgroup holds six accumulators, 144 registers a thread, and three warpgroups on
-separate rows spilled at 168).
+fixed by that design; num_stages is the number of MMA warpgroups, 1 or 2 (the windows in flight an SM: Gluon's
+kernels are not software-pipelined by stages, and a window's six accumulators take 144 registers a thread: three
+warpgroups at 168 spill).
 """
 
 from __future__ import annotations
@@ -73,11 +71,10 @@ MAX_ROWS = 2**20  # N·OH: a warpgroup's share lo = wg·N·OH // warpgroups is i
 MAX_OW = 64  # a tile is one output row in a 64-row MMA
 MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
 COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
-# Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM gives one warpgroup the 255 ptxas
-# allows, and two warpgroups 248 each. Neither spills; 248 against 240 ran L1 #50 1.2-1.5 % faster with the channel
-# split and 1.2-1.8 % with the warpgroups on separate rows (issue 47). Three warpgroups on separate rows spilled 88 at
-# 168 and ran 0.77 ms against 0.31 (commit 84ce735).
-REGISTERS = {1: 255, 2: 248}
+# Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 4 warps (255
+# the most ptxas gives) and 8 for 8 warps less what the program's other warps take; the window compiled with no spills
+# at both (commit 84ce735; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31)
+REGISTERS = {1: 255, 2: 240}
 # The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
 # memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50
 # 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, commit 2e8d5d8)
@@ -89,7 +86,7 @@ SPACE = Space("fused_gluon", (
     Knob("BLOCK_N", (128,), "the output channels as two MMAs of 64 and 32 columns"),
     Knob("BLOCK_K", (16,), "a K step is one channel's 4 × 4 window"),
     Knob("num_warps", (4,), "a warpgroup; num_stages sets how many MMA warpgroups run, 1 or 2"),
-    Knob("num_stages", tuple(sorted(REGISTERS)), "its MMA warpgroups: 1 with every channel, 2 splitting them 64 + 32",
+    Knob("num_stages", tuple(sorted(REGISTERS)), "its MMA warpgroups, the windows in flight an SM; three spill",
          name="warpgroups")))
 
 
@@ -238,9 +235,8 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The one configuration class: two MMA warpgroups, L1 #50's best on the H200 (with the channels split, 0.2833 ms
-    against 0.3314 with one, issue 47; on separate rows before it, 0.3116-0.3124 against 0.3408-0.3425, the probe
-    benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735)."""
+    """The one configuration class: two MMA warpgroups, L1 #50's best on the H200 (the window 0.3116-0.3124 ms against
+    0.3408-0.3425 with one; the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735)."""
     return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4, num_stages=2)
 
 

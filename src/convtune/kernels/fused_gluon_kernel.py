@@ -70,88 +70,82 @@ def _gather(x_at, col, rows_r, img, f, b, live, C: gl.constexpr, H: gl.constexpr
 
 
 @gluon.jit
-def _store_cols(y_ptr, b_ptr, acc, img, oh, ok, mma: gl.constexpr, N: gl.constexpr, CH0: gl.constexpr,
-                OH: gl.constexpr, OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """Channels CH0 .. CH0 + N of output row oh of image img into a channels_last output [N, OH, OW, C_OUT] (the row's
-    OW·C_OUT floats are contiguous), from the MMA layout, plus the bias; nothing unless `ok`. The output (297 MB on
-    L1 #50) is marked to leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 →
-    0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at
-    ba42e38, commit 5df2d07)."""
-    on = CH0 + gl.arange(0, N, layout=gl.SliceLayout(0, mma))
+def _store_row(y_ptr, b_ptr, acc, acc2, img, oh, ok, mma: gl.constexpr, mma2: gl.constexpr, OH: gl.constexpr,
+               OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """Output row oh of image img into a channels_last output [N, OH, OW, C_OUT] (the row's OW·C_OUT floats are
+    contiguous), from the MMA layout, plus the bias; nothing unless `ok`. The output (297 MB on L1 #50) is marked to
+    leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 → 0.3387 ms; streaming
+    .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at ba42e38, commit 5df2d07)."""
+    on = gl.arange(0, N1, layout=gl.SliceLayout(0, mma))
     om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma)), 1)
+    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, mma2))
+    om2 = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma2)), 1)
     if HAS_BIAS:
         acc = acc + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
+        acc2 = acc2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
     y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + oh * (OW * C_OUT))
     gl.store(y_row + om * C_OUT + gl.expand_dims(on, 0), acc, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
              eviction_policy="evict_first")
+    gl.store(y_row + om2 * C_OUT + gl.expand_dims(on2, 0), acc2,
+             mask=(om2 < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok, eviction_policy="evict_first")
 
 
 @gluon.jit
-def _store_cols_by_channel(y_ptr, b_ptr, acc, img, oh, ok, N: gl.constexpr, CH0: gl.constexpr, OH: gl.constexpr,
-                           OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """Channels CH0 .. CH0 + N of output row oh of image img into an NCHW output, plus the bias, from a layout whose
-    warps store 32 consecutive columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store
-    covers 8 columns of 4 channels, 4 partial lines), the accumulator converted through shared memory; nothing unless
-    `ok`. With the window -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 %
-    (0.3219-0.3238 → 0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of
-    commit 84ce735). Marked evict_first as _store_cols."""
+def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr, OW: gl.constexpr,
+                          C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """Output row oh of image img into an NCHW output, plus the bias, from a layout whose warps store 32 consecutive
+    columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store covers 8 columns of 4
+    channels, 4 partial lines), the accumulators converted through shared memory; nothing unless `ok`. With the window
+    -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 % (0.3219-0.3238 →
+    0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of commit 84ce735).
+    Marked evict_first as _store_row."""
     OHW: gl.constexpr = OH * OW
     st: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
     a = gl.convert_layout(acc, st)
-    on = CH0 + gl.arange(0, N, layout=gl.SliceLayout(0, st))
+    a2 = gl.convert_layout(acc2, st)
+    on = gl.arange(0, N1, layout=gl.SliceLayout(0, st))
+    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, st))
     om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, st)), 1)
     if HAS_BIAS:
         a = a + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
+        a2 = a2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
     y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OHW) + oh * OW)
     gl.store(y_row + gl.expand_dims(on, 0) * OHW + om, a, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
+             eviction_policy="evict_first")
+    gl.store(y_row + gl.expand_dims(on2, 0) * OHW + om, a2, mask=(om < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok,
              eviction_policy="evict_first")
 
 
 @gluon.jit
-def _rows(n_rows):
-    """The program's contiguous share [lo, hi) of the batch's N·OH output rows."""
-    lo = (gl.program_id(0) * n_rows) // gl.num_programs(0)
-    hi = ((gl.program_id(0) + 1) * n_rows) // gl.num_programs(0)
-    return lo, hi
-
-
-@gluon.jit
-def _window(x_ptr, w_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N: gl.constexpr, CH0: gl.constexpr,
-            BOTH: gl.constexpr, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr,
-            OW: gl.constexpr, C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr,
-            SW: gl.constexpr, KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
-    """One MMA warpgroup on the program's rows (_rows): output channels CH0 .. CH0 + N (w_res: their columns of the
-    weight), and with BOTH the channels N1 .. N1 + N2 too (w2_res), in bands that end at an image's last row or the
-    range's end, each band walked down with a window of three rows. num_stages sets the warpgroups: with 1 it takes
-    every channel (BOTH: 18 MMAs a gather, six accumulators of 144 registers a thread); with 2 both walk the same rows,
-    one with the channels 0-63, the other 64-95.
+def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
+            C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr,
+            C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+            KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
+    """MMA warpgroup WHO of NWG: the contiguous range [lo, hi) of the batch's N·OH output rows that is its share, in
+    bands that end at an image's last row or the range's end, each band walked down with a window of three rows.
 
     Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
-    f: it is gathered once and feeds the three accumulators (9 MMAs a gather and warpgroup; gathered once for each
-    output row that reads it, as before commit 517fd9f, it fed a third as many, and the gathers bounded the call).
-    After folded row f's KWF columns, row f - 2 has all its taps: it is stored and the window moves down a row. A
-    band's first two steps compute the partial rows above it and its last two those below it, which are dropped (2
-    steps of MMAs a band). Each row's products are summed in the order (tap row, tap column, channel), as fold_igemm
-    sums them: the output is fold_igemm's bit for bit. Each column's gather is issued while the previous column's MMAs
-    run (the band's last gather the next band's first), and each column then waits for its MMAs: MMAs left running
-    across the loop's back edge gave wrong results (the loop-carried A registers are not those the MMAs read; commit
-    2e8d5d8), and so did the columns unrolled with the wait deferred a column (issue 47: the warpgroup spilled 48-62
-    registers under triton 3.6).
-
-    Measured on L1 #50 (H200, issue 47, side by side in one process, twice): the channel split at 248 registers
-    0.2833-0.2836 ms against 0.2911-0.2938 for two warpgroups on separate rows at 240, each with all 96 channels
-    (0.9647, 95 % 0.9627-0.9685, and 0.9744, 0.9719-0.9776), outputs bit for bit the same; the split at 240 0.9772 and
-    0.9853, the separate rows at 248 0.9820 and 0.9885. Before it (the probe
-    benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
-    warpgroups on separate rows against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by
-    channel; one warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88
-    registers at 168) and take 0.77."""
+    f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
+    that reads it, as before commit 517fd9f, it fed 6, and the gathers bounded the call). After folded row f's KWF
+    columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band's first two steps
+    compute the partial rows above it and its last two those below it, which are dropped (2 steps of MMAs a band).
+    Each row's products are summed in the order (tap row, tap column, channel), as fold_igemm sums them: the output is
+    fold_igemm's bit for bit. Each column's gather is issued while the previous column's MMAs run (the band's last
+    gather the next band's first), and each column then waits for its MMAs: MMAs left running across the loop's back
+    edge gave wrong results (the loop-carried A registers are not those the MMAs read; commit 2e8d5d8). Measured on L1 #50
+    (H200, the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
+    warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
+    warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
+    and take 0.77."""
     gl.static_assert(C == 3, "the gather names three channels' K steps")
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
-    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 8])
     mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, 8])
+    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     dot_a2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma2, k_width=1)
-    lo, hi = _rows(n_rows)
+    wg = gl.program_id(0) * NWG + WHO
+    n_wg = gl.num_programs(0) * NWG
+    lo = (wg * n_rows) // n_wg
+    hi = ((wg + 1) * n_rows) // n_wg
 
     ow = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dot_a)), 1)
     k = gl.expand_dims(gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, dot_a)), 0)
@@ -167,18 +161,16 @@ def _window(x_ptr, w_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N: gl.constexpr, C
         img = r // OH
         oh0 = r % OH
         end = gl.minimum(hi, (img + 1) * OH)  # the band: rows r .. end - 1, one image's
-        acc_a = gl.zeros([BLOCK_M, N], gl.float32, mma)  # row f - 2
-        acc_b = gl.zeros([BLOCK_M, N], gl.float32, mma)  # row f - 1
-        acc_c = gl.zeros([BLOCK_M, N], gl.float32, mma)  # row f
-        if BOTH:  # the same rows' channels N1 .. N1 + N2
-            acc_a2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
-            acc_b2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
-            acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        acc_a = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f - 2 (its two column tiles)
+        acc_a2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        acc_b = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f - 1
+        acc_b2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+        acc_c = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f
+        acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
         steps = end - r + 2
         for i in range(steps):
             f = oh0 + i
-            if CH0 == 0:  # one warpgroup of the two asks for the rows ahead
-                _prefetch_folded(x_ptr, img, f + AHEAD, i + AHEAD < steps, C, H, W, PH, SH)
+            _prefetch_folded(x_ptr, img, f + AHEAD, i + AHEAD < steps, C, H, W, PH, SH)
             for b in range(KWF):
                 # the gather ahead: this folded row's next column, the next folded row's first, or the next band's
                 # first (where the band ends before the range does, the next image's row 0)
@@ -194,56 +186,47 @@ def _window(x_ptr, w_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N: gl.constexpr, C
                 a0 = _round_tf32(c0)
                 a1 = _round_tf32(c1)
                 a2 = _round_tf32(c2)
+                # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
+                b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
+                b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
+                b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
                 ta = (2 * KWF + b) * C  # tap (2, b): row f - 2
                 tb = (KWF + b) * C  # tap (1, b): row f - 1
                 tc = b * C  # tap (0, b): row f
-                acc_a = warpgroup_mma(a0, w_res.index(ta).permute((1, 0)), acc_a, is_async=True)
-                acc_b = warpgroup_mma(a0, w_res.index(tb).permute((1, 0)), acc_b, is_async=True)
-                acc_c = warpgroup_mma(a0, w_res.index(tc).permute((1, 0)), acc_c, is_async=True)
-                acc_a = warpgroup_mma(a1, w_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
-                acc_b = warpgroup_mma(a1, w_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
-                acc_c = warpgroup_mma(a1, w_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
-                acc_a = warpgroup_mma(a2, w_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
-                acc_b = warpgroup_mma(a2, w_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
-                acc_c = warpgroup_mma(a2, w_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
-                if BOTH:
-                    # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
-                    b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
-                    b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
-                    b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
-                    acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
-                    acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
-                    acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
-                    acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
-                    acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
-                    acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
-                    acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
-                    acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
-                    acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
-                    acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
-                        0, deps=(acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, a0, a1, a2, b0, b1, b2))
-                else:
-                    acc_a, acc_b, acc_c, a0, a1, a2 = warpgroup_mma_wait(0, deps=(acc_a, acc_b, acc_c, a0, a1, a2))
+                acc_a = warpgroup_mma(a0, w1_res.index(ta).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a0, w1_res.index(tb).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a0, w1_res.index(tc).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
+                acc_a = warpgroup_mma(a1, w1_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a1, w1_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a1, w1_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
+                acc_a = warpgroup_mma(a2, w1_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
+                acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
+                acc_b = warpgroup_mma(a2, w1_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
+                acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
+                acc_c = warpgroup_mma(a2, w1_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
+                acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
+                acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
+                    0, deps=(acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2))
                 c0 = m0
                 c1 = m1
                 c2 = m2
             # row f - 2 has all its taps from the band's third step on: store it, move the window down a row
             if OUT_CL:
-                _store_cols(y_ptr, b_ptr, acc_a, img, f - 2, i >= 2, mma, N, CH0, OH, OW, C_OUT, HAS_BIAS)
+                _store_row(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, mma, mma2, OH, OW, C_OUT, HAS_BIAS)
             else:
-                _store_cols_by_channel(y_ptr, b_ptr, acc_a, img, f - 2, i >= 2, N, CH0, OH, OW, C_OUT, HAS_BIAS)
+                _store_row_by_channel(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, OH, OW, C_OUT, HAS_BIAS)
             acc_a = acc_b
+            acc_a2 = acc_b2
             acc_b = acc_c
-            acc_c = gl.zeros([BLOCK_M, N], gl.float32, mma)
-            if BOTH:
-                if OUT_CL:
-                    _store_cols(y_ptr, b_ptr, acc_a2, img, f - 2, i >= 2, mma2, N2, N1, OH, OW, C_OUT, HAS_BIAS)
-                else:
-                    _store_cols_by_channel(y_ptr, b_ptr, acc_a2, img, f - 2, i >= 2, N2, N1, OH, OW, C_OUT,
-                                           HAS_BIAS)
-                acc_a2 = acc_b2
-                acc_b2 = acc_c2
-                acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
+            acc_b2 = acc_c2
+            acc_c = gl.zeros([BLOCK_M, N1], gl.float32, mma)
+            acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
         r = end
 
 
@@ -254,11 +237,11 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
                                SW: gl.constexpr, KHF: gl.constexpr, KWF: gl.constexpr, HAS_BIAS: gl.constexpr,
                                OUT_CL: gl.constexpr, LLVM_OPT: gl.constexpr):
     """A persistent program an SM: the packed weight [C_out, K] loaded once by TMA into shared memory as K steps of 16,
-    in columns N1 + N2, then NWG MMA warpgroups on the program's share of the output rows (_window): one with every
-    channel, or two with the channels split 64 + 32. LLVM_OPT: the level the binary is compiled at (kernels/llvm_opt;
-    a constexpr so that levels never share a cache entry)."""
+    in columns N1 + N2, then NWG MMA warpgroups (1 or 2: three spill) each on its share of the output rows (_window).
+    LLVM_OPT: the level the binary is compiled at (kernels/llvm_opt; a constexpr so that levels never share a cache
+    entry)."""
     gl.static_assert(KHF == 3, "the window holds three rows: smaller kernels are folded with zero rows to 3")
-    gl.static_assert(NWG <= 2, "one MMA warpgroup with every channel, or two with the channels split 64 + 32")
+    gl.static_assert(NWG <= 2, "one or two MMA warpgroups: three spill (168 registers a thread)")
     KSTEPS: gl.constexpr = KHF * KWF * C
     w1_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N1, BLOCK_K], w1_desc.layout)
     w2_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N2, BLOCK_K], w2_desc.layout)
@@ -269,16 +252,16 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
         _tma_load(w1_desc, [0, t * BLOCK_K], wbar.index(0), w1_res.index(t))
         _tma_load(w2_desc, [N1, t * BLOCK_K], wbar.index(0), w2_res.index(t))
     if NWG == 1:
-        _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N1, 0, True, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                SW, KWF, HAS_BIAS, OUT_CL)
+        _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH, SW,
+                KWF, HAS_BIAS, OUT_CL)
     else:
         # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _window
         # as runtime values and its static_assert fails to compile (triton 3.6)
         gl.warp_specialize([
-            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N1, 0, False, C, H, W, OH, OW, C_OUT, PH,
-                       PW, SH, SW, KWF, HAS_BIAS, OUT_CL)),
-            (_window, (x_ptr, w2_res, w2_res, wbar, b_ptr, y_ptr, n_rows, N2, N1, False, C, H, W, OH, OW, C_OUT, PH,
-                       PW, SH, SW, KWF, HAS_BIAS, OUT_CL)),
+            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
+                       SW, KWF, HAS_BIAS, OUT_CL)),
+            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 1, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
+                       SW, KWF, HAS_BIAS, OUT_CL)),
         ], [4], [REGS])
 
 
