@@ -97,6 +97,8 @@ class Preloaded:
                 pass
             finally:
                 self._conn.setblocking(True)
+            if self.returncode is not None:
+                self._conn.close()  # the handler's last word is in
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> int:
@@ -108,6 +110,7 @@ class Preloaded:
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
             finally:
                 self._conn.settimeout(None)
+            self._conn.close()  # the handler's last word is in
         return self.returncode  # type: ignore[return-value]
 
     def communicate(self, timeout: Optional[float] = None) -> tuple[str, Optional[str]]:
@@ -133,7 +136,7 @@ class Preloaded:
                         self._done.add(key.fd)
         finally:
             sel.close()
-        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.01))
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 1))  # the exit status follows
         text = {fd: b"".join(c).decode(errors="replace") for fd, c in self._chunks.items()}
         return text[self._out], (text[self._err] if self._err is not None else None)
 
@@ -164,6 +167,12 @@ class Preloaded:
         if not message:  # the handler is gone without a word: it was killed
             raise RuntimeError(f"the preloaded server lost the command {self.args[:3]} (pid {self.pid})")
         self.returncode = int(message.decode())
+
+    def __del__(self) -> None:  # a test that never read the output to its end leaves no descriptor open
+        try:
+            self.close()
+        except (AttributeError, OSError):  # half made (the server did not answer) or closed already
+            pass
 
 
 def _servable(cmd: list[str], cwd: Path, env: dict[str, str]) -> bool:
