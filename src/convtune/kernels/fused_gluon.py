@@ -10,7 +10,8 @@ stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded on
 runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since commit 517fd9f a
 warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and feeds
 the three output rows that read it (18 MMAs a gather instead of 6), its next rows prefetched into L2, and an NCHW
-output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). The SM's shared-memory carveout is
+output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). Since issue 47 the MMAs into the
+window's rows outside a band are skipped. The SM's shared-memory carveout is
 set to 75 % so that L1 keeps the input rows. The products and their order are fold_igemm's: the output is
 fold_igemm's bit for bit.
 
@@ -73,7 +74,9 @@ MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
 COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
 # Registers a thread by MMA warpgroups (num_stages): the register file's 64 K an SM is 256 a thread for 4 warps (255
 # the most ptxas gives) and 8 for 8 warps less what the program's other warps take; the window compiled with no spills
-# at both (commit 84ce735; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31)
+# at both (commit 84ce735; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31). With
+# the band-edge skip (issue 47), 248 for two warpgroups ran L1 #50 slower than 240 on both GPUs, side by side in one
+# process: 0.9311 against 0.9169 of the kernel before it (at 240) on the H200, 0.9700 against 0.9635 on the H100.
 REGISTERS = {1: 255, 2: 240}
 # The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
 # memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50

@@ -117,6 +117,77 @@ def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr
 
 
 @gluon.jit
+def _column(a0, a1, a2, w1_res, w2_res, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2,
+            dot_a2: gl.constexpr, DA: gl.constexpr, DB: gl.constexpr, DC: gl.constexpr):
+    """A gather's MMAs (3 K steps, both column tiles N1 and N2) into the window's rows that the flags name, waited for
+    (_window: why each column waits): tap (2, b) of row f - 2 (ta), (1, b) of row f - 1 (tb), (0, b) of row f (tc).
+    Each row's products keep their order whatever rows run."""
+    # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
+    b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
+    b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
+    b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
+    if DA:
+        acc_a = warpgroup_mma(a0, w1_res.index(ta).permute((1, 0)), acc_a, is_async=True)
+        acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
+    if DB:
+        acc_b = warpgroup_mma(a0, w1_res.index(tb).permute((1, 0)), acc_b, is_async=True)
+        acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
+    if DC:
+        acc_c = warpgroup_mma(a0, w1_res.index(tc).permute((1, 0)), acc_c, is_async=True)
+        acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
+    if DA:
+        acc_a = warpgroup_mma(a1, w1_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
+        acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
+    if DB:
+        acc_b = warpgroup_mma(a1, w1_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
+        acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
+    if DC:
+        acc_c = warpgroup_mma(a1, w1_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
+        acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
+    if DA:
+        acc_a = warpgroup_mma(a2, w1_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
+        acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
+    if DB:
+        acc_b = warpgroup_mma(a2, w1_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
+        acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
+    if DC:
+        acc_c = warpgroup_mma(a2, w1_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
+        acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
+    acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
+        0, deps=(acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2))
+    return acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2
+
+
+@gluon.jit
+def _step(x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img, f, i,
+          steps, end, hi, n_rows, dot_a2: gl.constexpr, DA: gl.constexpr, DB: gl.constexpr, DC: gl.constexpr,
+          C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr,
+          SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
+    """Step i of a band (folded row f of image img): its KWF columns, each gathering the next while its MMAs (into the
+    rows DA, DB, DC: _column) run. c0, c1, c2: the step's first column, gathered by the step before; returns the
+    accumulators and the gather of the step after."""
+    for b in range(KWF):
+        # the gather ahead: this folded row's next column, the next folded row's first, or the next band's first
+        # (where the band ends before the range does, the next image's row 0)
+        last_b = b + 1 >= KWF
+        wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
+        g_img = img + wrap * (end // OH - img)
+        g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
+        # (the image clamped in the loop, as the commit 84ce735 probe did: with N - 1 hoisted out of the loop the
+        # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
+        # instructions of a kind; commit 517fd9f)
+        m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
+                             (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
+        acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _column(
+            _round_tf32(c0), _round_tf32(c1), _round_tf32(c2), w1_res, w2_res, (2 * KWF + b) * C, (KWF + b) * C,
+            b * C, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, dot_a2, DA, DB, DC)
+        c0 = m0
+        c1 = m1
+        c2 = m2
+    return acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2
+
+
+@gluon.jit
 def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
             C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr,
             C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
@@ -127,16 +198,23 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
     Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
     f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
     that reads it, as before commit 517fd9f, it fed 6, and the gathers bounded the call). After folded row f's KWF
-    columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band's first two steps
-    compute the partial rows above it and its last two those below it, which are dropped (2 steps of MMAs a band).
-    Each row's products are summed in the order (tap row, tap column, channel), as fold_igemm sums them: the output is
-    fold_igemm's bit for bit. Each column's gather is issued while the previous column's MMAs run (the band's last
-    gather the next band's first), and each column then waits for its MMAs: MMAs left running across the loop's back
-    edge gave wrong results (the loop-carried A registers are not those the MMAs read; commit 2e8d5d8). Measured on L1 #50
-    (H200, the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
+    columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band of R rows takes R + 2
+    steps; the MMAs into the window's rows outside the band (above it in its first two steps, below it in its last
+    two) are skipped, 2 / (R + 2) of them (issue 47: computed and dropped before). Each row's products are summed in
+    the order (tap row, tap column, channel), as fold_igemm sums them: the output is fold_igemm's bit for bit. Each
+    column's gather is issued while the previous column's MMAs run (the band's last gather the next band's first),
+    and each column then waits for its MMAs: MMAs left running across the loop's back edge gave wrong results (the
+    loop-carried A registers are not those the MMAs read; commit 2e8d5d8), and so did the columns unrolled with the
+    wait deferred a column (issue 47: 48-62 registers spilled under triton 3.6).
+
+    Measured on L1 #50, H200, side by side in one process (issue 47, .probe/fg_ab2.py): the skip, at 248 registers,
+    0.2773 ms against 0.2893 without it (0.9331 and 0.9785 of the kernel at 240 registers, 0.2965); the rows the
+    step takes chosen for each column instead of each step 1.2 % slower than no skip at 240. Before it (the probe
+    benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
     warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
     warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
-    and take 0.77."""
+    and take 0.77. Two warpgroups on the same rows with the channels split 64 + 32 ran 0.9671 without the skip and
+    1.0001 with it (issue 47)."""
     gl.static_assert(C == 3, "the gather names three channels' K steps")
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 8])
     mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, 8])
@@ -167,55 +245,38 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
         acc_b2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
         acc_c = gl.zeros([BLOCK_M, N1], gl.float32, mma)  # row f
         acc_c2 = gl.zeros([BLOCK_M, N2], gl.float32, mma2)
-        steps = end - r + 2
+        rows = end - r
+        steps = rows + 2
         for i in range(steps):
             f = oh0 + i
             _prefetch_folded(x_ptr, img, f + AHEAD, i + AHEAD < steps, C, H, W, PH, SH)
-            for b in range(KWF):
-                # the gather ahead: this folded row's next column, the next folded row's first, or the next band's
-                # first (where the band ends before the range does, the next image's row 0)
-                last_b = b + 1 >= KWF
-                wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
-                g_img = img + wrap * (end // OH - img)
-                g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
-                # (the image clamped in the loop, as the commit 84ce735 probe did: with N - 1 hoisted out of the loop the
-                # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
-                # instructions of a kind; commit 517fd9f)
-                m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
-                                     (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
-                a0 = _round_tf32(c0)
-                a1 = _round_tf32(c1)
-                a2 = _round_tf32(c2)
-                # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
-                b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
-                b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
-                b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
-                ta = (2 * KWF + b) * C  # tap (2, b): row f - 2
-                tb = (KWF + b) * C  # tap (1, b): row f - 1
-                tc = b * C  # tap (0, b): row f
-                acc_a = warpgroup_mma(a0, w1_res.index(ta).permute((1, 0)), acc_a, is_async=True)
-                acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
-                acc_b = warpgroup_mma(a0, w1_res.index(tb).permute((1, 0)), acc_b, is_async=True)
-                acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
-                acc_c = warpgroup_mma(a0, w1_res.index(tc).permute((1, 0)), acc_c, is_async=True)
-                acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
-                acc_a = warpgroup_mma(a1, w1_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
-                acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
-                acc_b = warpgroup_mma(a1, w1_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
-                acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
-                acc_c = warpgroup_mma(a1, w1_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
-                acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
-                acc_a = warpgroup_mma(a2, w1_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
-                acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
-                acc_b = warpgroup_mma(a2, w1_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
-                acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
-                acc_c = warpgroup_mma(a2, w1_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
-                acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
-                acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
-                    0, deps=(acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2))
-                c0 = m0
-                c1 = m1
-                c2 = m2
+            # the window's rows that are the band's: all three inside it; (f - 1, f) and f at its top, (f - 2, f - 1)
+            # and f - 2 at its bottom; f - 1 alone in a band of one row. Chosen for the step, not for each column:
+            # the column loop stays as it was (the choice in each column ran 3.4 % slower, issue 47)
+            if (i >= 2) & (i < rows):
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, True, True, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+            elif i == 0:
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, False, False, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+            elif (i == 1) & (rows >= 2):
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, False, True, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+            elif i == 1:
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, False, True, False, C, H, W, OH, PH, PW, SH, SW, KWF)
+            elif i == rows:
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, True, True, False, C, H, W, OH, PH, PW, SH, SW, KWF)
+            else:
+                acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
+                    x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
+                    f, i, steps, end, hi, n_rows, dot_a2, True, False, False, C, H, W, OH, PH, PW, SH, SW, KWF)
             # row f - 2 has all its taps from the band's third step on: store it, move the window down a row
             if OUT_CL:
                 _store_row(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, mma, mma2, OH, OW, C_OUT, HAS_BIAS)
