@@ -207,9 +207,9 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
     loop-carried A registers are not those the MMAs read; commit 2e8d5d8), and so did the columns unrolled with the
     wait deferred a column (issue 47: 48-62 registers spilled under triton 3.6).
 
-    Measured on L1 #50, H200, side by side in one process (issue 47, .probe/fg_ab2.py): the skip, at 248 registers,
-    0.2773 ms against 0.2893 without it (0.9331 and 0.9785 of the kernel at 240 registers, 0.2965); the rows the
-    step takes chosen for each column instead of each step 1.2 % slower than no skip at 240. Before it (the probe
+    Measured on L1 #50 side by side in one process (issue 47, commit 8e2c480): with the skip 0.2697 ms against 0.2952
+    on the H200 (0.9188, 95 % 0.9112-0.9251), 0.2841 against 0.2944 on the H100 (0.9659); the rows chosen for each
+    column instead of each step ran 1.2 % slower than no skip (H200). Before it (the probe
     benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
     warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
     warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
