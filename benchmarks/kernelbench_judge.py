@@ -5,6 +5,10 @@ eval.py, timing.py and dataset.py from a copy of its source (not part of convtun
 copy those three files into a folder) as a package whose `utils` is a one-function stand-in.
 
     python benchmarks/kernelbench_judge.py --kb .kb/kernelbench --ref .kb/level1_50.py exports/kernelbench_l1_50.py
+
+It prints KernelBench's result as JSON, then one line, the verdict (`verdict`), last: KernelBench's own "[Profiling]"
+lines come before it, and a log's tail then says what the judge found (a tail of the JSON alone had read as the
+export's own check, which prints similar numbers). Exit 0 when KernelBench finds the file correct.
 """
 
 import argparse
@@ -32,6 +36,22 @@ def load_eval(kb_dir: Path) -> types.ModuleType:
     return importlib.import_module("kernelbench.eval")
 
 
+def verdict(data: dict) -> str:
+    """One line from KernelBench's result (eval_kernel_against_ref's KernelExecResult as a dict): correct or not, its
+    trials, ModelNew's and the reference's runtimes (KernelBench's ms) and their ratio, the GPU."""
+    meta = data.get("metadata") or {}
+    if not data.get("compiled"):
+        return f"KernelBench's judge: did not compile ({meta.get('compilation_error', 'no reason given')})"
+    words = "correct" if data.get("correctness") else "NOT correct"
+    line = f"KernelBench's judge: {words} {meta.get('correctness_trials', '')}".rstrip()
+    runtime, ref = data.get("runtime", -1.0), data.get("ref_runtime", -1.0)
+    if runtime and runtime > 0:
+        line += f", ModelNew {runtime} ms"
+        if ref and ref > 0:
+            line += f" against the reference's {ref} ms ({ref / runtime:.2f}x)"
+    return line + (f", {meta['hardware']}" if meta.get("hardware") else "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kb", type=Path, required=True, help="folder holding KernelBench's eval.py, timing.py, dataset.py")
@@ -47,6 +67,7 @@ def main() -> int:
                                             build_dir=build, verbose=False)
     data = result.model_dump() if hasattr(result, "model_dump") else dict(result)
     print(json.dumps(data, indent=1, default=str))
+    print(verdict(data))
     return 0 if data.get("correctness") else 1
 
 
