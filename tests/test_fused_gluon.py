@@ -204,7 +204,9 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     and both output layouts. The MMAs: a gather's are written once for each set of the window's rows a step may take
     (_window: 3 rows, 2, 2, 1, 1, 1, so 10 rows × 3 K steps × 2 column tiles), each TF32 MMA of K 16 as two wgmma
     instructions of K 8: 120 a warpgroup. Whether ptxas keeps them in flight is not asked here
-    (benchmarks/check_fused_window.py at ba42e38 counted the waits in the binary on the GPU).
+    (benchmarks/check_fused_window.py at ba42e38 counted the waits in the binary on the GPU). The registers: out of the
+    launch's (fused_gluon.LAUNCH_REGISTERS) warp_specialize gives the MMA warpgroups theirs (REGISTERS) and the store
+    warps STORE_REGS with setmaxnreg; had the launch's left too few, it would set none.
 
     In a fresh process without the interpreter: in the suite's process this compile failed ("'value' object has no
     attribute 'dtype'", `tensor.__mul__` reaching the interpreter's semantics) in 1 of 5 full runs (commit 3e5fcf9). The
@@ -212,7 +214,7 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     after each test found them patched after some interpreted tests; the failing order was not reproduced by hand."""
     pytest.importorskip("triton")
     check = (
-        "import sys\n"
+        "import re, sys\n"
         "from pathlib import Path\n"
         "import triton\n"
         "from triton.backends.compiler import GPUTarget\n"
@@ -235,9 +237,16 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "    plan = fg.make_plan(g, bias, Meta(64, 128, 16, 4, nwg), 'tf32', out_cl)\n"
         "    cx = {**plan.constexprs, 'LLVM_OPT': 'O3'}\n"
         "    src = GluonASTSource(kernel._conv2d_fused_gluon_kernel, {**sig, **{n: 'constexpr' for n in cx}}, cx)\n"
-        "    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4, 'maxnreg': cx['REGS']})\n"
-        "    assert compiled.asm['ptx'].count('wgmma.mma_async') == 120 * nwg, (nwg, out_cl)\n"
-        "    assert compiled.metadata.shared >= 27 * 96 * 16 * 4  # the resident weight: 162 KB\n"
+        "    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32),"
+        " options={'num_warps': 4, 'maxnreg': fg.LAUNCH_REGISTERS[nwg]})\n"
+        "    ptx = compiled.asm['ptx']\n"
+        "    assert ptx.count('wgmma.mma_async') == 120 * nwg, (nwg, out_cl)\n"
+        "    # the weight (162 KB), each warpgroup's row buffer (24 KB) and the bias where there is one\n"
+        "    least = 27 * 96 * 16 * 4 + nwg * 64 * 96 * 4 + (128 * 4 if bias else 0)\n"
+        "    assert compiled.metadata.shared >= least, (compiled.metadata.shared, least)\n"
+        "    assert compiled.metadata.shared <= 227 * 1024  # what an SM gives one block\n"
+        "    regs = {int(v) for v in re.findall(r'setmaxnreg[.]\\w+[.]sync[.]aligned[.]u32\\s+(\\d+)', ptx)}\n"
+        "    assert {fg.REGISTERS[nwg], kernel.STORE_REGS.value} <= regs, (nwg, regs)  # the MMAs' and the store warps'\n"
         "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = preloaded.run([sys.executable, "-c", check], cwd=ROOT, env=env, timeout=600)

@@ -259,7 +259,8 @@ def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm9
         "cx = dict(NWG=m.NUM_STAGES, REGS=m.REGISTERS[m.NUM_STAGES], C=3, H=224, W=224, OH=55, OW=55, C_OUT=96, PH=2, PW=2,"
         " SH=4, SW=4, KHF=3, KWF=3, HAS_BIAS=True, OUT_CL=False, LLVM_OPT='O3')\n"
         "src = GluonASTSource(m._conv2d_fused_gluon_kernel, {**sig, **{n: 'constexpr' for n in cx}}, cx)\n"
-        "k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4, 'maxnreg': cx['REGS']})\n"
+        "k = triton.compile(src, target=GPUTarget('cuda', 90, 32),"
+        " options={'num_warps': 4, 'maxnreg': m.LAUNCH_REGISTERS[m.NUM_STAGES]})\n"
         "assert k.asm['ptx'].count('wgmma.mma_async') == 240  # 2 warpgroups x 120 (tests/test_fused_gluon.py)\n"
         "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path

@@ -3,7 +3,8 @@
 Imported only when a launch needs it (fused_gluon._kernel_module): Gluon compiles for NVIDIA GPUs only and the Triton
 interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 3 input channels: a K step of 16 is
 one channel's 4 input rows × 4 columns, the tile one output row of at most 64 columns, the output channels 64 + 32,
-the folded kernel 3 rows (the window's three accumulators; smaller kernels are folded with zero rows to 3).
+the folded kernel 3 rows (the window's three accumulators; smaller kernels are folded with zero rows to 3). Each MMA
+warpgroup hands its finished rows through shared memory to two store warps of its own (issue 47).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 # TMA's global → shared load: async_copy_global_to_shared in triton 3.6 (the H200 machine's), async_load from 3.7 on
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# a barrier of the calling partition's warps: thread_barrier in triton 3.6, barrier from 3.9
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 # (constexpr objects: a jit function reads no other globals; .value is the int)
 BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one warpgroup's wgmma
@@ -24,6 +27,12 @@ N2 = gl.constexpr(32)
 # 0.2868-0.2931 (the same within noise), with the stores by channel; without them 1 ahead 0.3131, 2 ahead 0.3116-0.3124,
 # none 0.3140-0.3145 (the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735)
 AHEAD = gl.constexpr(2)
+# The store warps of each MMA warpgroup: 2 warps at 24 registers a thread, what two MMA warpgroups at 240 leave of the
+# SM's 64 K (3 warpgroups' 504 a thread at the launch's 168: fused_gluon.LAUNCH_REGISTERS); they write a row 8
+# channels at a time, the least a slice of its swizzled buffer may take (24 registers hold no more without spilling)
+STORE_WARPS = gl.constexpr(2)
+STORE_REGS = gl.constexpr(24)
+CHUNK = gl.constexpr(8)
 
 
 @gluon.jit
@@ -70,50 +79,68 @@ def _gather(x_at, col, rows_r, img, f, b, live, C: gl.constexpr, H: gl.constexpr
 
 
 @gluon.jit
-def _store_row(y_ptr, b_ptr, acc, acc2, img, oh, ok, mma: gl.constexpr, mma2: gl.constexpr, OH: gl.constexpr,
-               OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """Output row oh of image img into a channels_last output [N, OH, OW, C_OUT] (the row's OW·C_OUT floats are
-    contiguous), from the MMA layout, plus the bias; nothing unless `ok`. The output (297 MB on L1 #50) is marked to
-    leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 → 0.3387 ms; streaming
-    .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at ba42e38, commit 5df2d07)."""
-    on = gl.arange(0, N1, layout=gl.SliceLayout(0, mma))
-    om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma)), 1)
-    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, mma2))
-    om2 = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma2)), 1)
-    if HAS_BIAS:
-        acc = acc + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
-        acc2 = acc2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
-    y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + oh * (OW * C_OUT))
-    gl.store(y_row + om * C_OUT + gl.expand_dims(on, 0), acc, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
-             eviction_policy="evict_first")
-    gl.store(y_row + om2 * C_OUT + gl.expand_dims(on2, 0), acc2,
-             mask=(om2 < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok, eviction_policy="evict_first")
+def _hand_over(o1, o2, full, empty, acc, acc2, j, WHO: gl.constexpr):
+    """MMA warpgroup WHO's j-th finished row into its shared-memory buffer, for its store warps (_store_rows)."""
+    mbarrier.wait(empty.index(WHO), (j & 1) ^ 1)  # they have read row j - 1 (for row 0 this passes at once)
+    o1.store(acc)
+    o2.store(acc2)
+    _barrier()  # every thread's writes before the warpgroup's one arrive
+    mbarrier.arrive(full.index(WHO))
 
 
 @gluon.jit
-def _store_row_by_channel(y_ptr, b_ptr, acc, acc2, img, oh, ok, OH: gl.constexpr, OW: gl.constexpr,
-                          C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """Output row oh of image img into an NCHW output, plus the bias, from a layout whose warps store 32 consecutive
-    columns of one channel (128 contiguous bytes an instruction; from the MMA layout a store covers 8 columns of 4
-    channels, 4 partial lines), the accumulators converted through shared memory; nothing unless `ok`. With the window
-    -8 % on L1 #50 (0.3116-0.3159 → 0.2869-0.2891 ms); in the one-row kernel before it -1 % (0.3219-0.3238 →
-    0.3194-0.3200; the probe benchmarks/probe_fused_window.py at ba42e38 --store / --library-store of commit 84ce735).
-    Marked evict_first as _store_row."""
-    OHW: gl.constexpr = OH * OW
-    st: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
-    a = gl.convert_layout(acc, st)
-    a2 = gl.convert_layout(acc2, st)
-    on = gl.arange(0, N1, layout=gl.SliceLayout(0, st))
-    on2 = N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, st))
-    om = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, st)), 1)
+def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, y_row, cl_row, OH: gl.constexpr,
+                 OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
+    """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, into an NCHW output at
+    `y_row` (the row's channel 0) or a channels_last one at `cl_row` (the row's first column). The output (297 MB on
+    L1 #50) is marked to leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 →
+    0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at
+    ba42e38, commit 5df2d07)."""
+    m = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld)), 1)
+    n = N0 + c + gl.expand_dims(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ld)), 0)
+    v = buf.slice(c, CHUNK, dim=1).load(ld)
     if HAS_BIAS:
-        a = a + gl.expand_dims(gl.load(b_ptr + on, mask=on < C_OUT, other=0.0), 0)
-        a2 = a2 + gl.expand_dims(gl.load(b_ptr + on2, mask=on2 < C_OUT, other=0.0), 0)
-    y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OHW) + oh * OW)
-    gl.store(y_row + gl.expand_dims(on, 0) * OHW + om, a, mask=(om < OW) & gl.expand_dims(on < C_OUT, 0) & ok,
-             eviction_policy="evict_first")
-    gl.store(y_row + gl.expand_dims(on2, 0) * OHW + om, a2, mask=(om < OW) & gl.expand_dims(on2 < C_OUT, 0) & ok,
-             eviction_policy="evict_first")
+        v = v + gl.expand_dims(bias_s.slice(N0 + c, CHUNK).load(gl.SliceLayout(0, ld)), 0)
+    if OUT_CL:
+        gl.store(cl_row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+    else:
+        gl.store(y_row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+
+
+@gluon.jit
+def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr, OH: gl.constexpr,
+                OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
+    """The store warps of MMA warpgroup WHO: each row it hands over (the rows of its range, in order) to the output.
+    An NCHW row is written 32 consecutive columns of one channel a warp instruction (128 contiguous bytes; from the
+    MMA layout a store covers 8 columns of 4 channels, 4 partial lines: 8 % slower, commit 84ce735), a channels_last
+    one 8 channels of 4 columns.
+
+    Issue 47: the MMA warpgroups stored their own rows before, each through a shared-memory round trip with its
+    barriers. With the rows stored here, side by side with that kernel in one process, bit for bit: L1 #50 0.2416 ms
+    against 0.2730 on the H200 (that kernel at 1.1387 of this one's time, 95 % 1.1312-1.1445), and 0.3003 against
+    0.2932 on the H100 (0.9797, 0.9750-0.9825: 2 % slower there; 1.0020 of it, 0.9983-1.0061, in an earlier run).
+    With the bias read from global memory for each chunk, as the MMA warpgroups read it, the store warps stalled on
+    it and the kernel ran no faster than before (H200 0.9956-1.0145 of it in four runs; H100 1.0045-1.0095): the bias
+    is staged in shared memory."""
+    wg = gl.program_id(0) * NWG + WHO
+    n_wg = gl.num_programs(0) * NWG
+    lo = (wg * n_rows) // n_wg
+    hi = ((wg + 1) * n_rows) // n_wg
+    if OUT_CL:
+        ld: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [STORE_WARPS, 1], [1, 0])  # lanes along the channels
+    else:
+        ld: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, STORE_WARPS], [0, 1])  # lanes along the columns
+    for r in range(lo, hi):
+        mbarrier.wait(full.index(WHO), (r - lo) & 1)
+        img = r // OH
+        y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + (r - img * OH) * OW)
+        cl_row = y_ptr + r.to(gl.int64) * (OW * C_OUT)
+        for c in gl.static_range(0, N1, CHUNK):
+            _store_chunk(o1, c, 0, ld, bias_s, y_row, cl_row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
+        for c in gl.static_range(0, N2, CHUNK):
+            _store_chunk(o2, c, N1, ld, bias_s, y_row, cl_row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
+        _barrier()  # both warps' reads of the row before the one arrive that frees the buffer
+        mbarrier.arrive(empty.index(WHO))
 
 
 @gluon.jit
@@ -188,10 +215,9 @@ def _step(x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, ac
 
 
 @gluon.jit
-def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
-            C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr,
-            C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
-            KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
+def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.constexpr, NWG: gl.constexpr,
+            C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr, PH: gl.constexpr,
+            PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
     """MMA warpgroup WHO of NWG: the contiguous range [lo, hi) of the batch's N·OH output rows that is its share, in
     bands that end at an image's last row or the range's end, each band walked down with a window of three rows.
 
@@ -277,11 +303,9 @@ def _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, WHO: gl.constexpr
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
                     f, i, steps, end, hi, n_rows, dot_a2, True, False, False, C, H, W, OH, PH, PW, SH, SW, KWF)
-            # row f - 2 has all its taps from the band's third step on: store it, move the window down a row
-            if OUT_CL:
-                _store_row(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, mma, mma2, OH, OW, C_OUT, HAS_BIAS)
-            else:
-                _store_row_by_channel(y_ptr, b_ptr, acc_a, acc_a2, img, f - 2, i >= 2, OH, OW, C_OUT, HAS_BIAS)
+            # row f - 2 has all its taps from the band's third step on: hand it over, move the window down a row
+            if i >= 2:
+                _hand_over(o1, o2, full, empty, acc_a, acc_a2, r + i - 2 - lo, WHO)
             acc_a = acc_b
             acc_a2 = acc_b2
             acc_b = acc_c
@@ -298,32 +322,57 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
                                SW: gl.constexpr, KHF: gl.constexpr, KWF: gl.constexpr, HAS_BIAS: gl.constexpr,
                                OUT_CL: gl.constexpr, LLVM_OPT: gl.constexpr):
     """A persistent program an SM: the packed weight [C_out, K] loaded once by TMA into shared memory as K steps of 16,
-    in columns N1 + N2, then NWG MMA warpgroups (1 or 2: three spill) each on its share of the output rows (_window).
-    LLVM_OPT: the level the binary is compiled at (kernels/llvm_opt; a constexpr so that levels never share a cache
-    entry)."""
+    in columns N1 + N2, then NWG MMA warpgroups (1 or 2: three spill) each on its share of the output rows (_window),
+    each with its two store warps (_store_rows). REGS: an MMA warpgroup's registers a thread, which warp_specialize
+    sets (setmaxnreg) from the launch's (fused_gluon.LAUNCH_REGISTERS). LLVM_OPT: the level the binary is compiled at
+    (kernels/llvm_opt; a constexpr so that levels never share a cache entry)."""
     gl.static_assert(KHF == 3, "the window holds three rows: smaller kernels are folded with zero rows to 3")
     gl.static_assert(NWG <= 2, "one or two MMA warpgroups: three spill (168 registers a thread)")
     KSTEPS: gl.constexpr = KHF * KWF * C
     w1_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N1, BLOCK_K], w1_desc.layout)
     w2_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N2, BLOCK_K], w2_desc.layout)
     wbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    # A finished row of each MMA warpgroup, [column, channel] (24 KB), the columns contiguous and swizzled in fours by
+    # the channel's row of 8: the warpgroup's writes from the MMA layout and the store warps' reads of 32 columns of
+    # a channel each meet 32 banks. With the weight, 211 KB for two warpgroups: more than the 75 % carveout asks
+    # (fused_gluon.CARVEOUT), which the driver then raises to fit
+    out_layout: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, order=[0, 1])
+    o1_0 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N1], out_layout)
+    o2_0 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N2], out_layout)
+    bias_s = gl.allocate_shared_memory(gl.float32, [128], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    if HAS_BIAS:  # staged once for the store warps (read from global memory for each chunk, they stalled on it)
+        ch = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        bias_s.store(gl.load(b_ptr + ch, mask=ch < C_OUT, other=0.0))
+    full = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())  # a row handed over
+    empty = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())  # its buffer read
+    for who in gl.static_range(NWG):
+        mbarrier.init(full.index(who), count=1)
+        mbarrier.init(empty.index(who), count=1)
     mbarrier.init(wbar.index(0), count=1)
     mbarrier.expect(wbar.index(0), KSTEPS * (w1_desc.block_type.nbytes + w2_desc.block_type.nbytes))
     for t in gl.static_range(KSTEPS):
         _tma_load(w1_desc, [0, t * BLOCK_K], wbar.index(0), w1_res.index(t))
         _tma_load(w2_desc, [N1, t * BLOCK_K], wbar.index(0), w2_res.index(t))
+    # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _window as
+    # runtime values and its static_assert fails to compile (triton 3.6). Each warpgroup's buffers are allocated on
+    # their own: a 3-d buffer's index() keeps a rank-3 swizzled layout that triton 3.6 refuses for the 2-d view
     if NWG == 1:
-        _window(x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH, SW,
-                KWF, HAS_BIAS, OUT_CL)
-    else:
-        # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _window
-        # as runtime values and its static_assert fails to compile (triton 3.6)
         gl.warp_specialize([
-            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 0, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                       SW, KWF, HAS_BIAS, OUT_CL)),
-            (_window, (x_ptr, w1_res, w2_res, wbar, b_ptr, y_ptr, n_rows, 1, NWG, C, H, W, OH, OW, C_OUT, PH, PW, SH,
-                       SW, KWF, HAS_BIAS, OUT_CL)),
-        ], [4], [REGS])
+            (_window, (x_ptr, w1_res, w2_res, wbar, o1_0, o2_0, full, empty, n_rows, 0, NWG, C, H, W, OH, OW, PH, PW,
+                       SH, SW, KWF)),
+            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, n_rows, 0, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
+        ], [STORE_WARPS], [STORE_REGS])
+    else:
+        o1_1 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N1], out_layout)
+        o2_1 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N2], out_layout)
+        gl.warp_specialize([
+            (_window, (x_ptr, w1_res, w2_res, wbar, o1_0, o2_0, full, empty, n_rows, 0, NWG, C, H, W, OH, OW, PH, PW,
+                       SH, SW, KWF)),
+            (_window, (x_ptr, w1_res, w2_res, wbar, o1_1, o2_1, full, empty, n_rows, 1, NWG, C, H, W, OH, OW, PH, PW,
+                       SH, SW, KWF)),
+            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, n_rows, 0, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
+            (_store_rows, (o1_1, o2_1, full, empty, bias_s, y_ptr, n_rows, 1, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
+        ], [4, STORE_WARPS, STORE_WARPS], [REGS, STORE_REGS, STORE_REGS])
 
 
 def weight_layouts() -> tuple:
