@@ -89,10 +89,10 @@ def _hand_over(o1, o2, full, empty, acc, acc2, j, WHO: gl.constexpr):
 
 
 @gluon.jit
-def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, y_row, cl_row, OH: gl.constexpr,
+def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, row, OH: gl.constexpr,
                  OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
-    """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, into an NCHW output at
-    `y_row` (the row's channel 0) or a channels_last one at `cl_row` (the row's first column). The output (297 MB on
+    """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, at `row`: in an NCHW output
+    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on
     L1 #50) is marked to leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 →
     0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at
     ba42e38, commit 5df2d07)."""
@@ -102,9 +102,9 @@ def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_
     if HAS_BIAS:
         v = v + gl.expand_dims(bias_s.slice(N0 + c, CHUNK).load(gl.SliceLayout(0, ld)), 0)
     if OUT_CL:
-        gl.store(cl_row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+        gl.store(row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
     else:
-        gl.store(y_row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+        gl.store(row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
 
 
 @gluon.jit
@@ -132,15 +132,34 @@ def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, N
         ld: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, STORE_WARPS], [0, 1])  # lanes along the columns
     for r in range(lo, hi):
         mbarrier.wait(full.index(WHO), (r - lo) & 1)
-        img = r // OH
-        y_row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + (r - img * OH) * OW)
-        cl_row = y_ptr + r.to(gl.int64) * (OW * C_OUT)
+        if OUT_CL:
+            row = y_ptr + r.to(gl.int64) * (OW * C_OUT)
+        else:
+            img = r // OH
+            row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + (r - img * OH) * OW)
         for c in gl.static_range(0, N1, CHUNK):
-            _store_chunk(o1, c, 0, ld, bias_s, y_row, cl_row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
+            _store_chunk(o1, c, 0, ld, bias_s, row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
         for c in gl.static_range(0, N2, CHUNK):
-            _store_chunk(o2, c, N1, ld, bias_s, y_row, cl_row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
+            _store_chunk(o2, c, N1, ld, bias_s, row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
         _barrier()  # both warps' reads of the row before the one arrive that frees the buffer
         mbarrier.arrive(empty.index(WHO))
+
+
+@gluon.jit
+def _k_step(a, b, w1_res, w2_res, t, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, DA: gl.constexpr,
+            DB: gl.constexpr, DC: gl.constexpr):
+    """One K step's MMAs (a: the gathered step, b: the same registers in the N2 MMA's operand layout, t: its index
+    among the tap's K steps) into the window's rows that the flags name, both column tiles, left running."""
+    if DA:
+        acc_a = warpgroup_mma(a, w1_res.index(ta + t).permute((1, 0)), acc_a, is_async=True)
+        acc_a2 = warpgroup_mma(b, w2_res.index(ta + t).permute((1, 0)), acc_a2, is_async=True)
+    if DB:
+        acc_b = warpgroup_mma(a, w1_res.index(tb + t).permute((1, 0)), acc_b, is_async=True)
+        acc_b2 = warpgroup_mma(b, w2_res.index(tb + t).permute((1, 0)), acc_b2, is_async=True)
+    if DC:
+        acc_c = warpgroup_mma(a, w1_res.index(tc + t).permute((1, 0)), acc_c, is_async=True)
+        acc_c2 = warpgroup_mma(b, w2_res.index(tc + t).permute((1, 0)), acc_c2, is_async=True)
+    return acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2
 
 
 @gluon.jit
@@ -153,33 +172,12 @@ def _column(a0, a1, a2, w1_res, w2_res, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2,
     b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
     b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
     b2 = gl.convert_layout(a2, dot_a2, assert_trivial=True)
-    if DA:
-        acc_a = warpgroup_mma(a0, w1_res.index(ta).permute((1, 0)), acc_a, is_async=True)
-        acc_a2 = warpgroup_mma(b0, w2_res.index(ta).permute((1, 0)), acc_a2, is_async=True)
-    if DB:
-        acc_b = warpgroup_mma(a0, w1_res.index(tb).permute((1, 0)), acc_b, is_async=True)
-        acc_b2 = warpgroup_mma(b0, w2_res.index(tb).permute((1, 0)), acc_b2, is_async=True)
-    if DC:
-        acc_c = warpgroup_mma(a0, w1_res.index(tc).permute((1, 0)), acc_c, is_async=True)
-        acc_c2 = warpgroup_mma(b0, w2_res.index(tc).permute((1, 0)), acc_c2, is_async=True)
-    if DA:
-        acc_a = warpgroup_mma(a1, w1_res.index(ta + 1).permute((1, 0)), acc_a, is_async=True)
-        acc_a2 = warpgroup_mma(b1, w2_res.index(ta + 1).permute((1, 0)), acc_a2, is_async=True)
-    if DB:
-        acc_b = warpgroup_mma(a1, w1_res.index(tb + 1).permute((1, 0)), acc_b, is_async=True)
-        acc_b2 = warpgroup_mma(b1, w2_res.index(tb + 1).permute((1, 0)), acc_b2, is_async=True)
-    if DC:
-        acc_c = warpgroup_mma(a1, w1_res.index(tc + 1).permute((1, 0)), acc_c, is_async=True)
-        acc_c2 = warpgroup_mma(b1, w2_res.index(tc + 1).permute((1, 0)), acc_c2, is_async=True)
-    if DA:
-        acc_a = warpgroup_mma(a2, w1_res.index(ta + 2).permute((1, 0)), acc_a, is_async=True)
-        acc_a2 = warpgroup_mma(b2, w2_res.index(ta + 2).permute((1, 0)), acc_a2, is_async=True)
-    if DB:
-        acc_b = warpgroup_mma(a2, w1_res.index(tb + 2).permute((1, 0)), acc_b, is_async=True)
-        acc_b2 = warpgroup_mma(b2, w2_res.index(tb + 2).permute((1, 0)), acc_b2, is_async=True)
-    if DC:
-        acc_c = warpgroup_mma(a2, w1_res.index(tc + 2).permute((1, 0)), acc_c, is_async=True)
-        acc_c2 = warpgroup_mma(b2, w2_res.index(tc + 2).permute((1, 0)), acc_c2, is_async=True)
+    acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _k_step(a0, b0, w1_res, w2_res, 0, ta, tb, tc, acc_a, acc_b, acc_c,
+                                                          acc_a2, acc_b2, acc_c2, DA, DB, DC)
+    acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _k_step(a1, b1, w1_res, w2_res, 1, ta, tb, tc, acc_a, acc_b, acc_c,
+                                                          acc_a2, acc_b2, acc_c2, DA, DB, DC)
+    acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _k_step(a2, b2, w1_res, w2_res, 2, ta, tb, tc, acc_a, acc_b, acc_c,
+                                                          acc_a2, acc_b2, acc_c2, DA, DB, DC)
     acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2 = warpgroup_mma_wait(
         0, deps=(acc_a, acc_a2, acc_b, acc_b2, acc_c, acc_c2, a0, a1, a2, b0, b1, b2))
     return acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2
