@@ -90,3 +90,19 @@ def test_a_kernel_replaces_a_torch_pin_only_if_it_also_wins_from_an_idle_gpu():
 def test_without_idle_timings_only_gpu_time_decides():  # the interpreter, or logged numbers
     d = decide([c(PIN, "default", FAST_GPU), c(TORCH, "torch", SLOW_GPU)], 0.02, 0.95)
     assert not d.promote and d.winner.meta == PIN
+
+
+def test_the_contest_orders_put_each_contender_after_each_other_alike():
+    from collections import Counter
+
+    from convtune.measure.ab import balanced_orders
+
+    for n in range(1, 8):
+        orders = balanced_orders(n)
+        assert len(orders) == (n if n % 2 == 0 else 2 * n)
+        assert all(sorted(o) == list(range(n)) for o in orders)  # each contender once a round
+        after = Counter((o[i], o[i + 1]) for o in orders for i in range(n - 1))
+        per_pair = 1 if n % 2 == 0 else 2
+        assert after == {(a, b): per_pair for a in range(n) for b in range(n) if a != b}
+        assert Counter((o[i], i) for o in orders for i in range(n)) == {(a, i): per_pair for a in range(n)
+                                                                         for i in range(n)}

@@ -5,6 +5,7 @@ there are CPU times of torch against torch (the library runs torch for CPU tenso
 checked here; tests/gpu_scripts and benchmarks/ time it on a GPU."""
 
 import os
+from collections import Counter
 import subprocess
 import sys
 
@@ -142,7 +143,7 @@ def test_a_parent_run_must_be_a_run_of_the_experiment_written_to(store):
         assert str(e.value).startswith(f"tracking.parent_run='{bad}' is not allowed: the id of a run in {store}")
 
 
-def test_turns_rotate_the_order_and_the_ratio_says_faster_only_when_its_interval_is_below_one():
+def test_turns_balance_the_order_and_the_ratio_says_faster_only_when_its_interval_is_below_one():
     from convtune.measure import ab
 
     order = []
@@ -156,7 +157,11 @@ def test_turns_rotate_the_order_and_the_ratio_says_faster_only_when_its_interval
     times = ab.take_turns({"a": step("a", 2.0), "b": step("b", 1.0), "c": step("c", 2.0)}, turns=6, warmup=1)
     assert order[:3] == ["a", "b", "c"]  # the warm-up, untimed
     turns = [order[3 + 3 * i: 6 + 3 * i] for i in range(6)]
-    assert turns[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]] and turns[3:] == turns[:3]
+    assert all(sorted(t) == ["a", "b", "c"] for t in turns)  # each step once a turn
+    # over 2n turns (n odd) each step runs after each other step twice and in each position twice
+    assert Counter((t[i], t[i + 1]) for t in turns for i in range(2)) == {
+        (x, y): 2 for x in "abc" for y in "abc" if x != y}
+    assert Counter((t[i], i) for t in turns for i in range(3)) == {(x, i): 2 for x in "abc" for i in range(3)}
     assert times == {"a": [2.0] * 6, "b": [1.0] * 6, "c": [2.0] * 6}
     faster = ab.ratio(times, "b", "a")
     assert (faster.median, faster.low, faster.high) == (0.5, 0.5, 0.5) and faster.faster

@@ -23,7 +23,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from convtune.measure import bench
+from convtune.measure import ab, bench
 from convtune.measure.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta, torch_conv
 from convtune.kernels.pins import TORCH
@@ -101,8 +101,12 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
             if c.correct:
                 calls.append((c, call))
         one_round = TimingSettings(rounds=1, reps=reps, warmup=1 if dev.type == "cuda" else 0)
-        for _ in range(rounds):
-            for c, call in calls:
+        # each contender runs after each other alike (measure/ab.balanced_orders): in one fixed order the pin ran
+        # right after torch in every round
+        orders = ab.balanced_orders(len(calls))
+        for r in range(rounds):
+            for i in orders[r % len(orders)]:
+                c, call = calls[i]
                 t = bench.time_gpu(call, one_round, dev) if dev.type == "cuda" else bench.time_host(call, one_round)
                 c.rounds_ms.append(t.median_ms)
                 if dev.type == "cuda":
