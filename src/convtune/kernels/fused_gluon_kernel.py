@@ -23,10 +23,14 @@ BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one war
 BLOCK_K = gl.constexpr(16)  # a K step: one input channel's SH × SW = 4 × 4 window
 N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand (tensor shapes are powers of two)
 N2 = gl.constexpr(32)
-# Folded input rows ahead of the window that the L2 prefetch asks for: on L1 #50 2 ahead 0.2869-0.2891 ms, 0 ahead
-# 0.2868-0.2931 (the same within noise), with the stores by channel; without them 1 ahead 0.3131, 2 ahead 0.3116-0.3124,
-# none 0.3140-0.3145 (the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735)
-AHEAD = gl.constexpr(2)
+# Folded input rows ahead of the window that the L2 prefetch asks for (issue 47, L1 #50, the store warps, the output
+# evict_last: _store_chunk). In balanced orders on the H100 (measure/ab.balanced_orders) the kernel before, 2 ahead
+# and evict_first, ran 1.0320 (95 % 1.0249-1.0372) of this one's time, none ahead 0.9894; on the H200 the two ran level
+# (the kernel before 1.0081, 1.0043-1.0101; a copy of this one 1.0063). The probes that chose it ran the kernel before
+# right after cuDNN (up to ~1.7 % to its cost): against it, 1 ahead 0.9640-0.9649 on the H200 and 0.9489-0.9503 on
+# the H100, none ahead 0.9696-0.9781 and 0.9439-0.9457, 2 ahead 0.9664-0.9717 and 0.9748-0.9810, 3 ahead 1.0152 and
+# 1.0186
+AHEAD = gl.constexpr(1)
 # The store warps of each MMA warpgroup: 2 warps at 24 registers a thread, what two MMA warpgroups at 240 leave of the
 # SM's 64 K (3 warpgroups' 504 a thread at the launch's 168: fused_gluon.LAUNCH_REGISTERS); they write a row 8
 # channels at a time, the least a slice of its swizzled buffer may take (24 registers hold no more without spilling)
@@ -92,19 +96,21 @@ def _hand_over(o1, o2, full, empty, acc, acc2, j, WHO: gl.constexpr):
 def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, row, OH: gl.constexpr,
                  OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
     """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, at `row`: in an NCHW output
-    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on
-    L1 #50) is marked to leave L2 first, so that it evicts less of the input rows the next rows read: -2 % (0.3454 →
-    0.3387 ms; streaming .cs the same; the gathers marked evict_last +7 %; benchmarks/probe_fused_gluon_hints.py at
-    ba42e38, commit 5df2d07)."""
+    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on L1 #50) is
+    marked evict_last. Marked evict_first, it ran 2 % faster before the store warps (0.3454 → 0.3387 ms on the
+    H200, commit 5df2d07). With them (issue 47), against evict_first at the prefetch 2 rows ahead (that kernel after
+    cuDNN, AHEAD says why that matters): evict_last 0.9664-0.9717 on the H200 and 0.9748-0.9810 on the H100, no hint
+    0.9698 and 0.9856-0.9941. On the H100 the gathers marked evict_first then ran 1.28x the plain loads' time, through
+    L2 only (.cg) 1.016x."""
     m = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld)), 1)
     n = N0 + c + gl.expand_dims(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ld)), 0)
     v = buf.slice(c, CHUNK, dim=1).load(ld)
     if HAS_BIAS:
         v = v + gl.expand_dims(bias_s.slice(N0 + c, CHUNK).load(gl.SliceLayout(0, ld)), 0)
     if OUT_CL:
-        gl.store(row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+        gl.store(row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_last")
     else:
-        gl.store(row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_first")
+        gl.store(row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_last")
 
 
 @gluon.jit
