@@ -27,7 +27,7 @@ N2 = gl.constexpr(32)
 # evict_last: _store_chunk). In balanced orders on the H100 (measure/ab.balanced_orders) the kernel before, 2 ahead
 # and evict_first, ran 1.0320 (95 % 1.0249-1.0372) of this one's time, none ahead 0.9894; on the H200 the two ran level
 # (the kernel before 1.0081, 1.0043-1.0101; a copy of this one 1.0063). The probes that chose it ran the kernel before
-# right after cuDNN (up to ~1.7 % to its cost): against it, 1 ahead 0.9640-0.9649 on the H200 and 0.9489-0.9503 on
+# right after cuDNN (up to ~1.7 % to its cost): against it, 1 ahead 0.9640-0.9649 on the H200 and 0.9473-0.9503 on
 # the H100, none ahead 0.9696-0.9781 and 0.9439-0.9457, 2 ahead 0.9664-0.9717 and 0.9748-0.9810, 3 ahead 1.0152 and
 # 1.0186
 AHEAD = gl.constexpr(1)
