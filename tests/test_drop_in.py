@@ -83,17 +83,63 @@ def test_convert_swaps_every_conv_in_place_and_says_what_each_runs():
         "convtune (configuration per input shape: pins)"  # no example input: per shape, decided at the call
 
 
-def test_what_the_kernel_cannot_take_is_refused_in_one_line_by_the_functional_call():
-    x, w = torch.rand(1, 4, 8, 8), torch.rand(4, 4, 3, 3)
-    cases = [(dict(groups=2), "groups=2 is not supported (only groups=1)"),
-             (dict(padding="same"), "padding='same' is not supported; give numbers (int or pair)")]
-    for kwargs, line in cases:
-        with pytest.raises(ValueError) as e:
-            convtune.conv2d(x, w[:, : 4 // kwargs.get("groups", 1)], **kwargs)
-        assert str(e.value) == line
-    with pytest.raises(ValueError) as e:
-        convtune.conv2d(x.double(), w.double())
-    assert str(e.value) == "input must be float32, got torch.float64"
+def test_what_no_kernel_takes_runs_torch_with_the_reason_at_debug_and_what_torch_refuses_is_refused(
+        monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setenv("CONVTUNE_UNPINNED", "kernel")  # a call the kernels take would run one
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.rand(1, 4, 8, 8, generator=g), torch.rand(4, 4, 3, 3, generator=g), torch.rand(4, generator=g)
+    cases = [(dict(groups=2), (x, w[:, :2], b), "groups=2 (the kernels take groups=1)"),
+             (dict(padding="same"), (x, w, b), "padding='same' (the kernels take numbers)"),
+             ({}, (x.double(), w.double(), b.double()), "input is torch.float64 (the kernels take float32)"),
+             ({}, (x.half(), w.half(), None), "input is torch.float16 (the kernels take float32)"),
+             ({}, (x[0], w, b), "3-d input (the kernels take a batch, N×C×H×W)")]
+    for kwargs, (xx, ww, bb), why in cases:
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="convtune.library.functional"):
+            got = convtune.conv2d(xx, ww, bb, **kwargs)
+        assert torch.equal(got, F.conv2d(xx, ww, bb, **kwargs)), why  # torch's own call: the same bits
+        assert f"convtune.conv2d runs torch: {why}" in caplog.text
+    # a CPU tensor without TRITON_INTERPRET (as a user without a GPU runs it): torch, said at DEBUG
+    monkeypatch.delenv("TRITON_INTERPRET")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="convtune.library.functional"):
+        assert torch.equal(convtune.conv2d(x, w, b, padding=1), F.conv2d(x, w, b, padding=1))
+    assert "runs torch: input on cpu (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)" \
+        in caplog.text
+
+
+def test_the_kernel_path_refuses_what_torch_refuses_in_torchs_words_after_the_first_call_too(monkeypatch):
+    from convtune.errors import ConfigError, InvalidConvolution
+    from convtune.library import functional
+
+    monkeypatch.setenv("CONVTUNE_UNPINNED", "kernel")  # the kernel runs: its checks are the subject
+    functional.forget_choices()
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.rand(1, 4, 6, 6, generator=g), torch.rand(4, 4, 3, 3, generator=g)
+    ours = convtune.conv2d(x, w, torch.ones(4), padding=1)  # the signature's first call: planned and cached
+    assert torch.allclose(ours, F.conv2d(x, w, torch.ones(4), padding=1), rtol=1e-2, atol=1e-2)
+    bad = [((x, w, torch.ones(n) if isinstance(n, int) else torch.ones(*n)), dict(padding=1),
+            f"Given weight of size [4, 4, 3, 3], expected bias to be 1-dimensional with 4 elements, but got bias of "
+            f"size {[n] if isinstance(n, int) else list(n)} instead") for n in (3, 5, (4, 1), (2, 2))]
+    bad += [((x, w, None), dict(stride=0), "non-positive stride is not supported"),
+            ((x, w, None), dict(padding=-1), "negative padding is not supported"),
+            ((x, w, None), dict(dilation=0), "dilation should be greater than zero, but got [0, 0]"),
+            ((x, w, None), dict(dilation=-1), "dilation should be greater than zero, but got [-1, -1]"),
+            ((x, torch.rand(4, 4, 0, 3), None), {}, "kernel size should be greater than zero, but got kernel_height: "
+                                                    "0 kernel_width: 3"),
+            ((x, torch.rand(0, 4, 3, 3), None), {}, "Given groups=1, expected weight to be at least 1 at dimension 0, "
+                                                    "but got weight of size [0, 4, 3, 3] instead")]
+    for args, kwargs, words in bad:
+        with pytest.raises(RuntimeError) as e:  # a RuntimeError, as torch's own
+            convtune.conv2d(*args, **kwargs)
+        assert isinstance(e.value, InvalidConvolution) and str(e.value) == words, (kwargs, str(e.value))
+        with pytest.raises(RuntimeError):  # and torch refuses it too
+            F.conv2d(*args, **kwargs)
+    with pytest.raises(ConfigError, match=r"^precision='fp8' is not allowed: one of \['tf32', "):
+        convtune.conv2d(x, w, precision="fp8")
+    functional.forget_choices()
 
 
 def test_convert_with_an_example_input_leaves_the_models_state_as_it_was():

@@ -61,7 +61,7 @@ def test_output_is_allocated_when_not_given(name):
     (lambda: (torch.rand(1, 2, 6, 6).transpose(2, 3), torch.rand(3, 2, 3, 3), None), "contiguous"),
     (lambda: (torch.rand(1, 2, 6, 6, dtype=torch.float64), torch.rand(3, 2, 3, 3), None), "float32"),
     (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 4, 3, 3), None), "input channels"),
-    (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 2, 3, 3), torch.rand(4)), "bias must have shape"),
+    (lambda: (torch.rand(1, 2, 6, 6), torch.rand(3, 2, 3, 3), torch.rand(4)), "expected bias to be 1-dimensional with 3 elements"),
     (lambda: (torch.rand(2, 6, 6), torch.rand(3, 2, 3, 3), None), "4-d"),
 ])
 @pytest.mark.parametrize("name", sorted(VARIANTS))

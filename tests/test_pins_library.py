@@ -112,6 +112,26 @@ def test_a_repeated_block_or_key_is_refused_naming_file_line_and_key(tmp_path):
     assert f.read_text() == text
 
 
+def test_a_self_referencing_alias_is_refused_in_one_line_by_the_file_the_overlay_and_promote(tmp_path, monkeypatch):
+    """`pins: &a {x: *a}` was a RecursionError in the library and in promote."""
+    from convtune.library import overlay
+
+    text = "pins: &a\n  interpreter: *a\n"
+    f = tmp_path / "pins.yaml"
+    f.write_text(text)
+    words = r"pins file .*pins.yaml: line 1: an alias under pins / interpreter refers to a node that contains it"
+    with pytest.raises(pins.PinsError, match=words):
+        pins.load(f)
+    with pytest.raises(pins.PinsError, match=words):
+        pins.write_pin(f, "interpreter", "implicit_gemm", key(1), pins.TORCH, {})
+    assert f.read_text() == text
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    mine = overlay.path_for("NVIDIA H100 80GB HBM3")
+    mine.parent.mkdir()
+    mine.write_text(text)
+    assert overlay.read("NVIDIA H100 80GB HBM3") == ({"pins": {}}, mine)  # refused whole, in one warning line
+
+
 def test_what_cannot_be_read_back_is_never_written(tmp_path):
     """The round trip before the rename: a pin the schema refuses (here a bool for an int) is not written, and the
     file on disk stays as it was."""
@@ -222,6 +242,56 @@ def test_two_concurrent_promotes_both_land(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     got = set(pins.load(f)["pins"]["NVIDIA G"]["implicit_gemm"])
     assert got == {f"n{t}{i}-c3-h8-w8-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32" for t in "12" for i in range(15)}
+
+
+def test_a_symlinked_pins_file_is_written_through_and_locked_at_its_target(tmp_path):
+    """A link to the pins file (a dotfiles repository, a shared folder) was replaced by a regular file: the target
+    never got the pin, and the lock was taken beside the link."""
+    real, links = tmp_path / "real" / "pins.yaml", tmp_path / "links"
+    real.parent.mkdir()
+    links.mkdir()
+    pins.write_pin(real, "NVIDIA G", "implicit_gemm", key(1), Meta(32, 32, 32, 4, 2), {})
+    link = links / "pins.yaml"
+    link.symlink_to(real)
+    pins.write_pin(link, "NVIDIA G", "implicit_gemm", key(2), Meta(64, 64, 32, 4, 2), {})
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert set(pins.load(real)["pins"]["NVIDIA G"]["implicit_gemm"]) == {key(1), key(2)}
+    assert sorted(p.name for p in links.iterdir()) == ["pins.yaml"]  # no lock, no temporary file beside the link
+    assert (real.parent / "pins.yaml.lock").exists()
+    dangling = links / "new.yaml"  # a link whose target does not exist yet: the target is created
+    dangling.symlink_to(real.parent / "new.yaml")
+    pins.write_pin(dangling, "NVIDIA G", "implicit_gemm", key(3), pins.TORCH, {})
+    assert dangling.is_symlink() and key(3) in pins.load(real.parent / "new.yaml")["pins"]["NVIDIA G"]["implicit_gemm"]
+
+
+def test_a_convtune_pins_that_names_no_file_is_refused_alike_on_every_call(tmp_path, monkeypatch):
+    """A missing file once meant "no pins" silently, while /dev/null or a folder made every call raise."""
+    from convtune.library import dispatch
+
+    monkeypatch.setenv(kernels.UNPINNED_ENV, "torch")
+    functional.forget_choices()
+    x, w = torch.rand(1, 3, 8, 8), torch.rand(4, 3, 3, 3)
+    for value, why in ((tmp_path / "missing.yaml", "no such file"), (tmp_path, "a folder"),
+                       (os.devnull, "not a regular file")):
+        monkeypatch.setenv(pins.ENV_VAR, str(value))
+        for attempt in (pins.default_path, lambda: convtune.conv2d(x, w)):
+            with pytest.raises(pins.PinsError) as e:
+                attempt()
+            assert str(e.value) == (f"CONVTUNE_PINS={str(value)!r} names no pins file ({why}): point it at a pins "
+                                    f"file, or unset it for the packaged pins ({pins.PACKAGE_PINS})")
+        functional.forget_choices()
+    f = tmp_path / "made.yaml"
+    pins.create_empty(f)  # what tune_model.py makes before it points the library at a new pins_file
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    assert pins.load(pins.default_path()) == {"pins": {}}
+    assert dispatch.decide(kernels_problem(), "interpreter", None, "tf32", False, "cpu")[0] == pins.TORCH
+    functional.forget_choices()
+
+
+def kernels_problem():
+    from convtune.problem import ConvProblem
+
+    return ConvProblem("p", 1, 3, 8, 8, 4, 3, 3, (1, 1), (0, 0), (1, 1), 1, False)
 
 
 def test_the_sections_a_pins_file_may_have_are_the_registrys_variants():
@@ -492,11 +562,6 @@ def test_an_in_place_weight_update_is_seen_by_the_next_call(monkeypatch):
         w.mul_(-2.0)  # bumps w._version: the cached packed copy must not be reused
     torch.testing.assert_close(convtune.conv2d(x, w, None, stride=2, padding=1), -2 * first, rtol=1e-4, atol=1e-4)
     functional.forget_choices()
-
-
-def test_conv2d_refuses_what_it_does_not_support():
-    with pytest.raises(ValueError, match="padding='same'"):
-        convtune.conv2d(torch.rand(1, 3, 8, 8), torch.rand(4, 3, 3, 3), padding="same")
 
 
 def test_nn_conv2d_is_a_drop_in():

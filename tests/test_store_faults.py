@@ -95,3 +95,33 @@ def test_a_store_that_fills_up_mid_sweep_is_one_line(tmp_path, store):
     finally:
         event.remove(engine, "connect", cap)
         engine.dispose()
+
+
+@pytest.mark.parametrize("uri", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_store_is_refused_since_its_runs_would_be_gone_at_exit(tmp_path, uri):
+    for attempt in (lambda: resolve_uri(uri, tmp_path), lambda: Tracker(uri)):
+        with pytest.raises(StoreError, match=r"an in-memory SQLite database keeps nothing once the process ends"):
+            attempt()
+
+
+def test_a_database_that_is_not_an_mlflow_store_is_refused_and_left_as_it_was(tmp_path):
+    db = tmp_path / "theirs.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE people (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO people VALUES (1, 'a')")
+    con.commit()
+    con.close()
+    before = _sha(db)
+    with pytest.raises(StoreError, match=r"not an MLflow store \(it has tables people and none of MLflow's\)"):
+        Tracker(f"sqlite:///{db}")
+    assert _sha(db) == before
+    tables = [r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert tables == ["people"]
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()  # a file with no tables yet: MLflow's to make
+    Tracker(f"sqlite:///{empty}").experiment_id("e")
+
+
+def test_a_folder_named_as_the_store_is_called_a_folder(tmp_path):
+    with pytest.raises(StoreError, match=rf"{tmp_path} is a folder, not a database file; name the file inside it"):
+        Tracker(f"sqlite:///{tmp_path}")

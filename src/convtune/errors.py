@@ -13,12 +13,21 @@ class UnsupportedProblem(ValueError):
     """The kernel cannot run this convolution (layout, dtype, groups, ...); the message says what it needs."""
 
 
+class InvalidConvolution(UnsupportedProblem, RuntimeError):
+    """Arguments torch's own convolution refuses too (a bias of the wrong size, stride 0, negative padding, ...):
+    the message is torch's wording, and like torch's error it is a RuntimeError (and a ValueError, as every refusal
+    here is)."""
+
+
 class StoreError(ValueError):
     """The tracking store cannot be used (unknown scheme, unreachable server, not a database, unwritable)."""
 
     def __init__(self, uri: str, why: str) -> None:
+        import re
+
         self.uri = uri
-        super().__init__(f"tracking.uri={uri!r} cannot be used: {why}")
+        shown = re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", uri)  # a password in the URI is never printed
+        super().__init__(f"tracking.uri={shown!r} cannot be used: {why}")
 
 
 class ConfigFileError(ValueError):

@@ -22,7 +22,19 @@ class DuplicateKey(yaml.YAMLError):
                          "a YAML reader would keep only the last, so one is refused rather than lost")
 
 
-def _check(node: yaml.Node, path: list[str]) -> None:
+class Cycle(yaml.YAMLError):
+    """An alias refers to a node that contains it (`a: &x {b: *x}`): the document would be infinitely deep, and
+    reading it on was a RecursionError."""
+
+    def __init__(self, line: int, path: list[str]) -> None:
+        where = " / ".join(path) or "the top level"
+        super().__init__(f"line {line}: an alias under {where} refers to a node that contains it (a cycle)")
+
+
+def _check(node: yaml.Node, path: list[str], inside: frozenset[int] = frozenset()) -> None:
+    if id(node) in inside:
+        raise Cycle(node.start_mark.line + 1, path)
+    inside = inside | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -31,15 +43,16 @@ def _check(node: yaml.Node, path: list[str]) -> None:
             if key in seen and key != "<<":
                 raise DuplicateKey(key, line, seen[key], path)
             seen[key] = line
-            _check(value_node, path + [key])
+            _check(key_node, path + [key], inside)
+            _check(value_node, path + [key], inside)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check(item, path + [f"[{i}]"])
+            _check(item, path + [f"[{i}]"], inside)
 
 
 def load(text: str) -> Any:
-    """The document in `text`, as yaml.safe_load reads it, except that a repeated key raises DuplicateKey (a
-    yaml.YAMLError). Keys are compared by their text."""
+    """The document in `text`, as yaml.safe_load reads it, except that a repeated key raises DuplicateKey and an
+    alias that refers to a node containing it raises Cycle (both yaml.YAMLError). Keys are compared by their text."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

@@ -10,7 +10,6 @@ import importlib
 from dataclasses import dataclass
 import os
 import pkgutil
-from pathlib import Path
 from typing import Any, Optional
 
 from convtune.errors import ConfigError
@@ -36,15 +35,15 @@ GENERAL = tuple(sorted(name for name, v in VARIANTS.items()
 LIBRARY_KERNELS = tuple(name for name, v in VARIANTS.items() if v.library is not None)  # what a pin may name
 
 
-def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str,
+def configured(variant: KernelVariant, pins_file: pins.Source, gpu: str, problem: Any, precision: str,
                training: bool = False) -> tuple[pins.Pinned, str]:
     """What `variant`'s pins say for a call: the pin for (gpu, variant, problem, precision), else the nearest
     pinned shape of the same geometry, else the variant's default for the problem's class. A pin may say
     pins.TORCH (torch's convolution won the contest for that key) or name another kernel (a pins.KernelPin: that
     kernel won it). `training` (a call that records gradients): a "+train" pin for the shape, exact or nearest,
     comes first. `problem` is a convtune.problem.ConvProblem (key(), out_channels, stride, width). Returns (Meta,
-    KernelPin or pins.TORCH, source)."""
-    data = pins.load(pins_file)
+    KernelPin or pins.TORCH, source). `pins_file`: a file, or files read as layers (pins.load_layers)."""
+    data = pins.load_layers(pins_file)
     found = None
     if training:
         found = pins.find(data, gpu, variant.name, pins.pin_key(problem.key(), precision, training=True))
@@ -53,7 +52,8 @@ def configured(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, 
     return value, source
 
 
-def configured_meta(variant: KernelVariant, pins_file: Path, gpu: str, problem: Any, precision: str) -> tuple[Meta, str]:
+def configured_meta(variant: KernelVariant, pins_file: pins.Source, gpu: str, problem: Any,
+                    precision: str) -> tuple[Meta, str]:
     """The kernel configuration a run of `variant` measures: as `configured`, but where the pin says torch or
     another kernel, the variant's default (a run measures this kernel; the source says what the library runs)."""
     value, source = configured(variant, pins_file, gpu, problem, precision)
@@ -92,7 +92,7 @@ class Choice:
     family_gpu: Optional[str] = None
 
 
-def choose(pins_file: Path, gpu: str, problem: Any, precision: str, training: bool = False,
+def choose(pins_file: pins.Source, gpu: str, problem: Any, precision: str, training: bool = False,
            capability: Optional[tuple[int, int]] = None) -> Choice:
     """What the pins file says the library runs for a call of `problem` on `gpu` (its layout and channels pick the
     section, library_variant): this GPU's exact pin for the key (for a call that records gradients its "+train" pin
@@ -105,7 +105,7 @@ def choose(pins_file: Path, gpu: str, problem: Any, precision: str, training: bo
         value, source = configured(home, pins_file, gpu, problem, precision, training)
         return Choice(pins.KernelPin(home.name, value) if isinstance(value, Meta) else value, source, "kernel",
                       keys[-1], home.name)
-    data = pins.load(pins_file)
+    data = pins.load_layers(pins_file)
     for source_gpu in [gpu] + pins.family_sources(data, gpu, capability):
         section = pins.entries(data, source_gpu, home.name)
         key = next((k for k in keys if k in section), None)
@@ -125,7 +125,7 @@ def choose(pins_file: Path, gpu: str, problem: Any, precision: str, training: bo
                   "torch", keys[-1], home.name)
 
 
-def library_choice(pins_file: Path, gpu: str, problem: Any, precision: str,
+def library_choice(pins_file: pins.Source, gpu: str, problem: Any, precision: str,
                    training: bool = False, capability: Optional[tuple[int, int]] = None) -> tuple[pins.Pinned, str]:
     """choose's (value, source): what the tracker's `kernel=library` measures for the key, a family pin included
     (a run of it on this GPU is the tracker's measurement of it)."""

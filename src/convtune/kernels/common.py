@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.errors import ConfigError, InvalidConvolution, UnsupportedProblem
 from convtune.kernels.precision import PRECISIONS
 
 NUM_WARPS_ALLOWED = (1, 2, 4, 8, 16, 32)
@@ -107,11 +107,33 @@ def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor
             raise UnsupportedProblem(f"{name} must be contiguous (NCHW); call .contiguous() first")
     if w.shape[1] != x.shape[1]:
         raise UnsupportedProblem(f"weight has {w.shape[1]} input channels, input has {x.shape[1]}")
-    if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0]):
-        raise UnsupportedProblem(f"bias must have shape [{w.shape[0]}], got {list(b.shape)}")
+    check_weight_and_bias(w, b)
     for name, t in (("input", x), ("weight", w)):
         if t.numel() >= 2**31:
             raise UnsupportedProblem(f"{name} has {t.numel()} elements; int32 indexing allows < 2**31")
+
+
+def check_weight_and_bias(w: torch.Tensor, b: Optional[torch.Tensor]) -> None:
+    """What torch's convolution refuses of a weight and bias, in its words (InvalidConvolution)."""
+    if w.shape[0] == 0:
+        raise InvalidConvolution(f"Given groups=1, expected weight to be at least 1 at dimension 0, but got weight of "
+                                 f"size {list(w.shape)} instead")
+    if w.shape[2] == 0 or w.shape[3] == 0:
+        raise InvalidConvolution(f"kernel size should be greater than zero, but got kernel_height: {w.shape[2]} "
+                                 f"kernel_width: {w.shape[3]}")
+    if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0]):
+        raise InvalidConvolution(f"Given weight of size {list(w.shape)}, expected bias to be 1-dimensional with "
+                                 f"{w.shape[0]} elements, but got bias of size {list(b.shape)} instead")
+
+
+def check_geometry(stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int]) -> None:
+    """What torch's convolution refuses of stride, padding and dilation, in its words (InvalidConvolution)."""
+    if min(stride) <= 0:
+        raise InvalidConvolution("non-positive stride is not supported")
+    if min(padding) < 0:
+        raise InvalidConvolution("negative padding is not supported")
+    if min(dilation) <= 0:
+        raise InvalidConvolution(f"dilation should be greater than zero, but got {list(dilation)}")
 
 
 @dataclass(frozen=True)
@@ -166,6 +188,8 @@ def writes_channels_last(out: torch.Tensor) -> bool:
 def geometry(x: torch.Tensor, weight: torch.Tensor, stride: Any, padding: Any, dilation: Any) -> ConvGeometry:
     """The sizes of a checked call (check_conv_inputs); refuses an output of no positions."""
     st, pd, dl = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
+    check_geometry(st, pd, dl)
+    check_weight_and_bias(weight, None)
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     oh, ow = out_size(h, kh, st[0], pd[0], dl[0]), out_size(w, kw, st[1], pd[1], dl[1])

@@ -20,7 +20,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import yaml
 from filelock import FileLock
@@ -74,7 +74,29 @@ class PinChanged(PinsError):
 
 
 def default_path() -> Path:
-    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else PACKAGE_PINS
+    """The pins file the library reads: $CONVTUNE_PINS, else the package's. A CONVTUNE_PINS that names no readable
+    file (missing, a folder, /dev/null) is refused in one line (PinsError), on every call alike: a typo in it would
+    otherwise have meant "no pins" silently."""
+    value = os.environ.get(ENV_VAR)
+    if not value:
+        return PACKAGE_PINS
+    path = Path(value).expanduser()
+    why = ("no such file" if not path.exists() else "a folder" if path.is_dir()
+           else "not a regular file" if not path.is_file() else None)
+    if why is not None:
+        raise PinsError(f"{ENV_VAR}={value!r} names no pins file ({why}): point it at a pins file, or unset it for "
+                        f"the packaged pins ({PACKAGE_PINS})")
+    return path
+
+
+def create_empty(path: Path) -> None:
+    """A pins file with no pins (the header and the end line), where there is none: what the library may read
+    before the first pin is written (write_pin's checks apply)."""
+    path = Path(os.path.realpath(path))
+    check_writable(path)
+    with FileLock(str(path) + ".lock", timeout=60):
+        if not path.exists():
+            _replace(path, HEADER + "pins: {}\n" + END)
 
 
 TRAIN = "+train"  # the suffix of a pin key that decides calls recording gradients (training)
@@ -106,13 +128,33 @@ def load(path: Path) -> dict[str, Any]:
     return parse(text, str(path))
 
 
+Source = Union[Path, Sequence[Path]]  # a pins file, or files read as layers (the first that pins a key decides)
+
+
+def load_layers(source: Source) -> dict[str, Any]:
+    """The pins of `source` as one file's data: a single path as load reads it; for several, each entry (GPU /
+    variant / key) and each `gpus` and `families` row from the first file that has it (the per-user overlay over
+    the packaged pins)."""
+    paths = [source] if isinstance(source, Path) else list(source)
+    merged: dict[str, Any] = {"pins": {}}
+    for path in reversed(paths):  # later layers first, so that earlier ones overwrite them
+        data = load(path)
+        for gpu, sections in (data.get("pins") or {}).items():
+            for section, keys in (sections or {}).items():
+                merged["pins"].setdefault(gpu, {}).setdefault(section, {}).update(keys or {})
+        for table in ("gpus", "families"):
+            if data.get(table):
+                merged.setdefault(table, {}).update(data[table])
+    return merged
+
+
 def parse(text: str, where: str) -> dict[str, Any]:
     """A pins file's text as load returns it, checked as load checks it; `where` names it in messages."""
-    from convtune.strict_yaml import DuplicateKey, load as strict_load
+    from convtune.strict_yaml import Cycle, DuplicateKey, load as strict_load
 
     try:
         data = strict_load(text) or {"pins": {}}
-    except DuplicateKey as e:
+    except (DuplicateKey, Cycle) as e:
         raise PinsError(f"pins file {where}: {e}") from None
     except yaml.YAMLError as e:
         raise PinsError(f"pins file {where}: not valid YAML ({str(e).splitlines()[0]})") from None
@@ -153,16 +195,24 @@ def as_entry(value: Pinned) -> dict[str, Any]:
     return {"meta": value.as_dict()}  # type: ignore[union-attr]
 
 
+PINS_FILE_REMEDY = "set pins_file= to a writable place"  # what a command's user can do about an unwritable file
+
+
 def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, provenance: dict[str, Any],
-              expect: Any = UNCHECKED, capability: Optional[tuple[int, int]] = None) -> tuple[str, str]:
+              expect: Any = UNCHECKED, capability: Optional[tuple[int, int]] = None,
+              remedy: str = PINS_FILE_REMEDY) -> tuple[str, str]:
     """Set one pin (a Meta, a KernelPin or TORCH) in `kernel`'s section, leaving every other entry untouched.
     Returns the file's text before and after.
 
     `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
     another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
     caller's decision was made against a pin that is gone. `capability`: the GPU's compute capability, recorded in
-    the file's `gpus` table (what makes its pins a family's: family_sources)."""
-    check_writable(path)
+    the file's `gpus` table (what makes its pins a family's: family_sources).
+
+    A symbolic link is written through: its target gets the pin and the lock, and the link stays a link. `remedy`:
+    what a refusal of an unwritable file advises (check_writable)."""
+    path = Path(os.path.realpath(path))
+    check_writable(path, remedy)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
         data = load(path)  # refuses a broken file before anything is written
@@ -191,10 +241,12 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
     return before, after
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: Path, remedy: str = PINS_FILE_REMEDY) -> None:
     """Refuse in one line (PinsError) unless promote can write `path`: its folder takes new files (the lock and
     the temporary file) and the file, where it exists, is not read-only. Called before a contest starts, so that
-    its minutes are not spent on a decision that cannot be written; write_pin checks again."""
+    its minutes are not spent on a decision that cannot be written; write_pin checks again. A symbolic link is
+    judged by its target, which write_pin writes."""
+    path = Path(os.path.realpath(path))
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -203,7 +255,7 @@ def check_writable(path: Path) -> None:
         os.unlink(probe)
     except OSError as e:
         raise PinsError(f"pins file {path}: its folder {folder} takes no new file ({e.strerror}); promote writes "
-                        "the file by replacing it (set pins_file= to a writable place)") from None
+                        f"the file by replacing it ({remedy})") from None
     if path.exists() and not os.stat(path).st_mode & 0o200:
         raise PinsError(f"pins file {path}: read-only (mode {os.stat(path).st_mode & 0o777:o}); promote keeps "
                         "such a file as it is (chmod u+w it to let promote write)")

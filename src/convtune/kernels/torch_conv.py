@@ -17,15 +17,16 @@ cudnn_allows_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", lambda: torch.bac
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: Any, padding: Any, dilation: Any,
-           precision: str) -> torch.Tensor:
-    """torch.nn.functional.conv2d at `precision`. torch's own settings (benchmark, deterministic) stay as the
-    user set them; only allow_tf32 is switched, for this call, where it disagrees with `precision`."""
-    tf32 = torch_uses_tf32(precision)
+           precision: Optional[str], groups: int = 1) -> torch.Tensor:
+    """torch.nn.functional.conv2d at `precision` (None: torch's own setting). torch's own settings (benchmark,
+    deterministic) stay as the user set them; only allow_tf32 is switched, for this call, where it disagrees with
+    `precision`."""
+    tf32 = cudnn_allows_tf32() if precision is None else torch_uses_tf32(precision)
     if tf32 == cudnn_allows_tf32():
-        return F.conv2d(x, w, b, stride, padding, dilation)
+        return F.conv2d(x, w, b, stride, padding, dilation, groups)
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32
     try:
-        return F.conv2d(x, w, b, stride, padding, dilation)
+        return F.conv2d(x, w, b, stride, padding, dilation, groups)
     finally:
         torch.backends.cudnn.allow_tf32 = saved

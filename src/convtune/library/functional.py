@@ -24,6 +24,7 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import Host, get_variant, pins, torch_conv
 from convtune.kernels import implicit_gemm as ig  # its bound launch (Bound): the one a module's layer keeps
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
+from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
 from convtune.problem import ConvProblem
 
@@ -176,9 +177,12 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     call = _calls[type(plan)]
     x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
+    # what the signature (the plan's key) leaves out is checked on every call: dtypes, devices, contiguity, the
+    # bias's size (a bias of 3 for 4 channels would leave a channel without bias, or read past its end on a GPU)
     if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
             and weight.get_device() == x.get_device()
-            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()))):
+            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()
+                                  and bias.dim() == 1 and bias.shape[0] == weight.shape[0]))):
         _check(x, weight, bias, groups)  # raises the precise error
     out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
@@ -341,10 +345,30 @@ def _strides_like_channels_last(t: torch.Tensor) -> bool:
     return True
 
 
+def why_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int,
+              padding: Any) -> Optional[str]:
+    """Why convtune.conv2d hands a call to torch's own convolution whatever the pins say, in words (None: the pins
+    decide): what no kernel of convtune takes. As convtune.nn.Conv2d does for such a layer or input."""
+    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        return f"input on {input.device} (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)"
+    if groups != 1:
+        return f"groups={groups} (the kernels take groups=1)"
+    if isinstance(padding, str):
+        return f"padding={padding!r} (the kernels take numbers)"
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype is not _F32:
+            return f"{name} is {t.dtype} (the kernels take float32)"
+    if input.dim() != 4:
+        return f"{input.dim()}-d input (the kernels take a batch, N×C×H×W)"
+    return None
+
+
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
-    """torch.nn.functional.conv2d for float32 tensors with groups=1 and numeric padding, with gradients
-    (through PyTorch's convolution backward) and traceable by torch.compile (the operator convtune::conv2d).
+    """torch.nn.functional.conv2d, with gradients (through PyTorch's convolution backward) and traceable by
+    torch.compile (the operator convtune::conv2d). A call no kernel of convtune takes (why_torch: a CPU tensor, a
+    dtype other than float32, groups, padding given as a string, an input that is not 4-d) runs torch's own
+    convolution, with the reason logged at DEBUG (logger convtune.library.functional), as convtune.nn.Conv2d does.
 
     Any layout is taken, and the output follows torch's rule (output_format). A call with an NCHW output runs
     implicit_gemm on the input, copied to NCHW if it is not; a channels_last call runs nhwc_igemm on the input
@@ -354,6 +378,13 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
     torch.compile inside the operator, as the pin is read when the call runs)."""
     compiling = torch.compiler.is_compiling()
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError("precision", precision, f"one of {list(PRECISIONS)}, or None: as torch runs float32 "
+                                                  "convolutions (tf32 unless torch.backends.cudnn.allow_tf32 is off)")
+    why = why_torch(input, weight, bias, groups, padding)
+    if why is not None:
+        log.debug("convtune.conv2d runs torch: %s", why)
+        return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision, groups)
     precision = precision or (_traced_default_precision() if compiling else default_precision())
     if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
                                          records_gradients(input, weight, bias)):

@@ -93,7 +93,8 @@ def keep(gpu: str, section: str, key: str, value: pins.Pinned, provenance: dict[
             foreign = sorted(g for g in data["pins"] if g != gpu)
             if foreign:
                 raise pins.PinsError(f"pins overlay {path}: holds pins of {', '.join(foreign)}")
-        pins.write_pin(path, gpu, section, key, value, provenance)
+        pins.write_pin(path, gpu, section, key, value, provenance,
+                       remedy=f"set {ENV} to a writable folder, or to {OFF} to keep nothing")
     except pins.PinsError as e:
         _refuse(path, f"{e}; this decision was not kept")
         return None

@@ -33,7 +33,12 @@ def path_of(uri: str) -> Path:
 
 
 def validate(uri: str) -> None:
-    """Refuse, in one line, a SQLite URI whose path SQLAlchemy would read as something other than the file named."""
+    """Refuse, in one line, a SQLite URI whose path SQLAlchemy would read as something other than the file named,
+    and an in-memory database (`sqlite://`, `sqlite:///:memory:`): its runs would be gone when the process ends,
+    after a run reported ok."""
+    if not uri.startswith(PREFIX) or uri[len(PREFIX):] in ("", ":memory:") or uri.startswith("sqlite:///file::memory:"):
+        raise StoreError(uri, "an in-memory SQLite database keeps nothing once the process ends; name a file: "
+                              "sqlite:///path/to/mlflow.db")
     path = uri[len(PREFIX):]
     for char, what in RESERVED.items():
         if char in path:
@@ -82,6 +87,9 @@ def check_once(uri: str) -> None:
     path = path_of(uri)
     if str(path) in _checked or not path.exists():
         return
+    if path.is_dir():
+        raise StoreError(uri, f"{path} is a folder, not a database file; name the file inside it "
+                              f"(sqlite:///{path / 'mlflow.db'})")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=20)
     deadline = time.monotonic() + QUICK_CHECK_BOUND_S
     con.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)  # non-zero: interrupt the statement
@@ -99,6 +107,11 @@ def check_once(uri: str) -> None:
                               "nothing was written to it") from None
     finally:
         con.close()
+    foreign = _foreign_tables(path)
+    if foreign:
+        raise StoreError(uri, f"an SQLite database that is not an MLflow store (it has tables {', '.join(foreign[:4])}"
+                              f"{', ...' if len(foreign) > 4 else ''} and none of MLflow's); convtune adds nothing to "
+                              "it: point tracking.uri at a new file or at an MLflow store")
     # one line each ("*** in database main ***" is a heading SQLite puts before the first)
     problems = [" ".join(str(r[0]).replace("*** in database main ***", "").split()) for r in rows if r and r[0] != "ok"]
     if problems:
@@ -106,6 +119,21 @@ def check_once(uri: str) -> None:
                               f"{f'; {len(problems) - 1} more' if len(problems) > 1 else ''}); restore it from a "
                               "backup or point tracking.uri at a new store; nothing was written to it")
     _checked.add(str(path))
+
+
+# Tables every MLflow store has (its schema's migrations keep `alembic_version`; `experiments` and `runs` since 1.0)
+MLFLOW_TABLES = ("alembic_version", "experiments", "runs")
+
+
+def _foreign_tables(path: Path) -> list[str]:
+    """The tables of a database that has tables and is not an MLflow store (none of MLFLOW_TABLES): MLflow would
+    otherwise add its ~70 tables to someone else's database. An empty database (no tables) is MLflow's to make."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=20)
+    try:
+        names = sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        con.close()
+    return [] if not names or set(MLFLOW_TABLES) & set(names) else names
 
 
 def _dispose_engine(uri: str) -> None:
