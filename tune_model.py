@@ -2,7 +2,7 @@
 
     python tune_model.py model=resnet50 batch=32 layout=channels_last train=false
     python tune_model.py model=mypackage.nets:make_net input=[3,128,128] batch=64
-    python tune_model.py model=resnet50 shapes=6 sweep=[promote.rounds=7]     # the 6 shapes with the most FLOPs
+    python tune_model.py model=resnet50 shapes=6 'sweep=["promote.rounds=7"]'  # the 6 shapes with the most FLOPs
 
 Each shape is swept and promoted through the tracker (MLflow runs nested under the model's run; a rerun goes on
 where it stopped), then the model is timed end to end against torch (convtune/tune/model.py says how).
@@ -19,7 +19,8 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from convtune.config import exit_on_bad_yaml, register_configs  # noqa: E402
+from convtune.config import TuneModelConfig, exit_on_bad_yaml, register_configs  # noqa: E402
+from convtune.setup import exit_on_unknown_keys  # noqa: E402
 
 register_configs()
 ROOT = Path(__file__).resolve().parent
@@ -39,4 +40,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     exit_on_bad_yaml(ROOT)
+    exit_on_unknown_keys(sys.argv[1:], TuneModelConfig, groups=("tracking",))
     interrupts.main_then_exit(main)

@@ -3,6 +3,11 @@
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton's jit: kernels then run on the CPU
+# The per-user overlay (promote's and first-use tuning's default target) in a folder of the test run's own, never the
+# user's cache; the commands the tests start inherit it.
+import tempfile  # noqa: E402
+
+os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-test-overlay-")
 
 import shutil  # noqa: E402
 import sys  # noqa: E402
@@ -55,8 +60,12 @@ def new_store(tmp_path):
 @pytest.fixture
 def run_cli(tmp_path, store):
     """Run `python run.py ...` as a user would, against the temp store; returns the CompletedProcess."""
-    def run(*args, env_extra=None, timeout=600, uri=None):
+    def run(*args, env_extra=None, timeout=600, uri=None, interpret_env=True):
+        """`interpret_env=False`: without TRITON_INTERPRET in the environment, as a user on a CPU machine runs it
+        (the command then settles the interpreter itself)."""
         env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
+        if not interpret_env:
+            env.pop("TRITON_INTERPRET")
         # a temp pins file too: a test must never write the package's own pins (microtune promotes)
         cmd = [sys.executable, "run.py", *args, f"tracking.uri={uri or store}", f"pins_file={tmp_path / 'pins.yaml'}",
                f"hydra.run.dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]

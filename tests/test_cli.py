@@ -128,8 +128,9 @@ def test_every_preset_runs_on_tiny(run_cli, store, preset):
     # A GPU preset is refused without a GPU (test_config.py; a refusal in the sweep's callback is one line, exit 2,
     # nothing started: the typo and wrong-type tests below); with requires_gpu=false it still runs, as before.
     gpu_only = preset in GPU_PRESETS
+    # without TRITON_INTERPRET, as a user without a GPU runs it: the command settles the interpreter itself
     r = run_cli(f"+experiment={preset}", "problem=tiny", "bench=fast", *(["requires_gpu=false"] if gpu_only else []),
-                timeout=900)
+                timeout=900, interpret_env=False)
     assert r.returncode == 0, r.stderr
     experiment = re.search(r"MLflow experiment '([^']+)'", r.stdout).group(1)
     assert experiment.endswith(" [interpreter]")

@@ -101,15 +101,45 @@ def test_a_broken_or_foreign_overlay_is_refused_in_one_line_and_ignored_whole(pi
     assert overlay.keep(H100, "implicit_gemm", KEY, pins.TORCH, {}) is None and path.read_text() == text
 
 
+def test_an_overlay_that_cannot_be_written_advises_the_overlays_own_setting(pinned_on_h200, monkeypatch, caplog):
+    """The warning once advised `pins_file=`, which no command of the library's first use has."""
+    blocker = pinned_on_h200.parent / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(overlay.ENV, str(blocker / "overlay"))  # a folder that cannot be made
+    with caplog.at_level(logging.WARNING, logger="convtune.library.overlay"):
+        assert overlay.keep(H100, "implicit_gemm", KEY, pins.TORCH, {}) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "takes no new file" in line and f"set {overlay.ENV} to a writable folder, or to off" in line
+    assert "pins_file" not in line
+
+
 @pytest.mark.parametrize("env, value, allowed", [(dispatch.BUDGET_ENV, "soon", "a number of seconds >= 0"),
                                                  (dispatch.BUDGET_ENV, "-1", "a number of seconds >= 0"),
-                                                 (dispatch.FAMILY_ENV, "maybe", "on (check a family pin")])
+                                                 (dispatch.FAMILY_ENV, "maybe", "one of 1/true/yes/on (on) or "
+                                                                                "0/false/no/off (off)")])
 def test_a_bad_setting_is_refused_naming_the_variable_the_value_and_what_is_allowed(monkeypatch, env, value, allowed):
     from convtune.errors import ConfigError
 
     monkeypatch.setenv(env, value)
     with pytest.raises(ConfigError, match=rf"{env}='{value}' is not allowed: {re.escape(allowed)}"):
         dispatch.budget_s() if env == dispatch.BUDGET_ENV else dispatch.family_checks()
+
+
+def test_yes_and_no_settings_are_read_strictly(monkeypatch):
+    """`CONVTUNE_TUNE=false`, `off`, `no` and `0.0` once turned tuning on (anything but "" and "0" did)."""
+    from convtune.errors import ConfigError
+
+    for value, on in (("1", True), ("true", True), ("Yes", True), ("ON", True), ("0", False), ("false", False),
+                      ("off", False), ("No", False), ("", False)):
+        monkeypatch.setenv(dispatch.TUNE_ENV, value)
+        assert dispatch.tuning() is on, value
+        monkeypatch.setenv(dispatch.FAMILY_ENV, value)
+        assert dispatch.family_checks() is (on or value == ""), value  # unset or empty: on, its default
+    for value in ("0.0", "2", "maybe", "tru"):
+        monkeypatch.setenv(dispatch.TUNE_ENV, value)
+        with pytest.raises(ConfigError, match=rf"^CONVTUNE_TUNE='{value}' is not allowed: one of 1/true/yes/on \(on\) "
+                                              r"or 0/false/no/off \(off\)$"):
+            dispatch.tuning()
 
 
 def test_tuning_on_first_use_is_off_by_default_and_on_by_the_switch_or_the_environment(pinned_on_h200, monkeypatch):

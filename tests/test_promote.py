@@ -414,3 +414,29 @@ def test_microtune_starts_from_what_the_library_runs_for_the_key(capsys, tmp_pat
     from convtune.setup import resolve
 
     assert resolve(cfg).variant.name == "fold_igemm"  # each job measures the pin's kernel
+
+
+def test_a_cpu_promote_contests_the_kernels_alone_and_writes_the_overlay_not_the_package(capsys, store, tmp_path,
+                                                                                          monkeypatch):
+    """On the interpreter torch "failed the check" at tf32 (its CPU result is fp32; the TF32 reference is emulated)
+    and the key was pinned with `gain: null`, into the git-tracked src/convtune/pins.yaml, beside which the lock
+    stayed. Logged numbers decide (promote.remeasure=false): nothing depends on the interpreter's timing."""
+    from convtune.library import overlay
+
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    package = pins.PACKAGE_PINS.read_bytes()
+    default = get_variant("implicit_gemm").default_meta(20, 1, 17, "tf32")
+    record(store, default, 5.0)
+    fast = record(store, FAST if FAST != default else SLOW, 0.5)
+    cfg = compose("problem=tiny", f"tracking.uri={store}", "promote.remeasure=false")
+    status = run_promote(cfg)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "promote: on the interpreter torch does not contend at precision=tf32" in out
+    assert "torch.nn.functional" not in out and "decision: PROMOTE" in out
+    mine = overlay.path_for("interpreter")
+    entry = pins.load(mine)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    assert entry["provenance"]["run_id"] == fast and entry["provenance"]["gain"] == pytest.approx(9.0)
+    assert entry["provenance"]["previous"]["source"] == "kernel default"
+    assert pins.PACKAGE_PINS.read_bytes() == package and not Path(f"{pins.PACKAGE_PINS}.lock").exists()
+    assert f"the pins file {mine} now pins {KEY}" in out

@@ -80,6 +80,11 @@ def test_plan_is_a_product_by_default():
     assert len(jobs) == 6 and ["num_stages=1", "num_warps=2"] in jobs
 
 
+def test_an_empty_config_list_is_refused_not_run_as_the_default_configuration():
+    with pytest.raises(ValueError, match=r"^hydra.sweeper.configs is an empty list: no configuration to run"):
+        plan_jobs(None, [], ["num_warps=2,4"])
+
+
 def test_config_list_times_product_and_command_line_wins():
     jobs = plan_jobs(None, [{"BLOCK_M": 32, "num_warps": 4}, {"BLOCK_M": 64, "num_warps": 4}], ["num_warps=8", "precision=tf32,ieee"])
     assert len(jobs) == 4
@@ -133,13 +138,17 @@ def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(store):
     (lambda d: (d / "garbage.db").write_text("not a database") and f"sqlite:///{d / 'garbage.db'}",
      "not an SQLite database (file is not a database)"),
     (lambda d: "http://127.0.0.1:9", "no MLflow server answers there"),  # port 9 (discard): nothing listens
-], ids=["scheme", "garbage-file", "unreachable-server"])
+    # a closed database port: refused at once, where MLflow's engine retries took 118 s; the password is not shown
+    (lambda d: "postgresql://convtune:secret@127.0.0.1:9/mlflow", "no database server takes connections at "
+                                                                  "127.0.0.1:9 (Connection refused)"),
+], ids=["scheme", "garbage-file", "unreachable-server", "closed-database-port"])
 def test_a_store_that_cannot_be_used_fails_at_once_in_one_line(tmp_path, make_uri, why):
     uri = make_uri(tmp_path)
     start = time.monotonic()
     with pytest.raises(StoreError) as e:
         Tracker(uri)
-    assert str(e.value).startswith(f"tracking.uri={uri!r} cannot be used: {why}") and "\n" not in str(e.value)
+    shown = uri.replace(":secret@", ":***@")
+    assert str(e.value).startswith(f"tracking.uri={shown!r} cannot be used: {why}") and "\n" not in str(e.value)
     # MLflow's own retries took 254 s against an unreachable server; one retry at 5 s a request is ~1.5 s here.
     # The bound is loose on purpose: it catches the retry storm, not a slow machine.
     assert time.monotonic() - start < 90
@@ -235,3 +244,20 @@ def test_latency_tflops_and_gbps_are_a_runs_first_metrics_as_mlflow_lists_them(s
     run = t.start_run(t.experiment_id("order"), "r", {})
     t.log(run, metrics={"rel_err": 1e-4, "compile_s": 2.0, "gbps": 3.0, "latency_ms": 0.29, "tflops": 185.0})
     assert list(t.client.get_run(run).data.metrics)[:3] == ["latency_ms", "tflops", "gbps"]
+
+
+def test_a_sweep_folder_that_cannot_be_made_or_written_is_refused_in_one_line(tmp_path):
+    """A file, a path through a file, or a folder this process cannot make there: one line (exit 2 from the sweep's
+    callback), where Hydra's sweeper gave a traceback of 20 lines."""
+    from convtune.errors import ConfigError
+    from convtune.sweep import check_sweep_dir
+
+    (tmp_path / "a-file").write_text("")
+    for where, why in ((tmp_path / "a-file", "File exists"), (tmp_path / "a-file" / "sub", "Not a directory"),
+                       (Path("/proc/convtune-sweep"), "No such file or directory")):
+        with pytest.raises(ConfigError) as e:
+            check_sweep_dir(where)
+        assert str(e.value) == (f"hydra.sweep.dir='{where}' is not allowed: a folder this process can make and write "
+                                f"in ({why}: {where})")
+    check_sweep_dir(tmp_path / "new" / "sweep")
+    assert list((tmp_path / "new" / "sweep").iterdir()) == []  # made, and its probe file gone

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from tests import preloaded
@@ -20,7 +21,10 @@ KEYS = ["n1-c4-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32",
 
 
 def tune_model(tmp_path, store, *args):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0"}
+    """tune_model.py device=interpreter without TRITON_INTERPRET in the environment, as a user without a GPU runs it:
+    it and each shape's `run.py +experiment=candidates` settle the interpreter themselves."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["HYDRA_FULL_ERROR"] = "0"
     cmd = [sys.executable, "tune_model.py", "model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1",
            "device=interpreter", "turns=3", "warmup=0", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}",
            f"hydra.run.dir={tmp_path / 'out'}", *args]
@@ -54,17 +58,35 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     for sweep in sweeps:
         configs = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == sweep.info.run_id]
         assert len({x.data.params["kernel"] for x in configs}) >= 3  # the library's kernels that take the shape
-    written = pins.load(tmp_path / "pins.yaml")["pins"]["interpreter"]
+    written = pins.load(tmp_path / "pins.yaml")["pins"].get("interpreter", {})
     promoted = [k for k, v in decided.items() if v.startswith("PROMOTE")]
     assert all(any(k in section for section in written.values()) for k in promoted)
 
+    held = {k[len("pinned/"):]: v for k, v in model_run.data.tags.items() if k.startswith("pinned/")}
+    assert sorted(held) == sorted(KEYS)  # what the pins file held for each key once it was decided
+
+    # The pins file loses the first key's decision (an overlay deleted, another pins_file=): that shape is decided
+    # again, the other goes on from the run's record.
+    data = pins.load(tmp_path / "pins.yaml")
+    section = data["pins"].get("interpreter", {}).get("implicit_gemm", {})
+    if held[KEYS[0]] == "none":  # nothing was written for it: the file now says something else
+        pins.write_pin(tmp_path / "pins.yaml", "interpreter", "implicit_gemm", KEYS[0], pins.TORCH, {"by": "hand"})
+    else:
+        del section[KEYS[0]]
+        (tmp_path / "pins.yaml").write_text(pins.HEADER + yaml.safe_dump(data) + pins.END)
     r = tune_model(tmp_path, store)  # the same model, batch, layout and mode: it goes on in the same run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"resuming run {model_run.info.run_id}: 2 shape(s) decided before" in r.stdout
-    assert r.stdout.count("decided before in this run, not tuned again") == 2
+    assert r.stdout.count("decided before in this run, not tuned again") == 1
+    assert f"[1/2] {KEYS[0]} (2 layer(s): 2, 4): decided before in this run, but " in r.stdout
+    assert "does not hold that decision" in r.stdout
     runs = c.search_runs([exp.experiment_id])
-    assert len([x for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id]) == 4
+    # the first shape's second sweep and promote decision, nested in the same run
+    assert len([x for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id]) == 6
     assert c.get_run(model_run.info.run_id).info.status == "FINISHED"
+    after = c.get_run(model_run.info.run_id).data.tags[f"pinned/{KEYS[0]}"]
+    entry = pins.entries(pins.load(tmp_path / "pins.yaml"), "interpreter", "implicit_gemm").get(KEYS[0])
+    assert after == (pins.describe(pins.pinned(entry)) if entry else "none")
 
 
 @pytest.mark.slow
@@ -126,6 +148,21 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_model("tests.tiny_models:three_shapes")
     assert "importable from here" in str(e.value)
+    # a factory that raises, one that returns no module, an input the model does not take: one line each
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for model, extra, says in (
+                ("tests.tiny_models:raises", [], "model='tests.tiny_models:raises' is not allowed: a factory that "
+                 "builds the model when called with no arguments; it raised RuntimeError: no weights here"),
+                ("tests.tiny_models:not_a_module", [], "model='tests.tiny_models:not_a_module' is not allowed: a "
+                 "factory that returns a torch.nn.Module; it returned a dict"),
+                ("tests.tiny_models:two_shapes", ["input=[5,6,6]"], "input=[5, 6, 6] is not allowed: one sample's "
+                 "shape [C, H, W] that the model takes; a batch of [1, 5, 6, 6] raised RuntimeError: ")):
+            c = compose("tune_model", overrides=[f"model={model}", "device=interpreter", "batch=1",
+                                                 f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+                                                 f"pins_file={tmp_path / 'pins.yaml'}", "input=[3,6,6]", *extra])
+            with pytest.raises(ConfigError) as e:
+                run_tune_model(c, ROOT, tmp_path / "out")
+            assert str(e.value).startswith(says) and "\n" not in str(e.value), str(e.value)
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
 
 

@@ -106,6 +106,20 @@ def test_verify_report_adds_up_out_files_and_counts_a_case_once(tmp_path, capsys
     assert "b.jsonl:2 is not a complete JSON line; skipped" in err
 
 
+def test_expected_torch_mismatches_are_counted_in_the_summary_not_listed_case_by_case(tmp_path, capsys):
+    """tf32_trunc truncates where torch rounds: its mismatches pass their float64 check and were once 51 note lines."""
+    trunc = [dict(REGRESSIONS[i], index=i, precision="tf32_trunc", outcome="torch_mismatch", message=f"m{i}")
+             for i in range(3)]
+    tf32 = dict(REGRESSIONS[3], index=3, precision="tf32", outcome="torch_mismatch", message="m3")
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trunc + [tf32]))
+    assert verify_main(["--report", str(tmp_path / "a.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith(("note", "FAIL"))] == [
+        f"FAIL torch_mismatch: {tf32['case']}: m3"]  # tf32 promises torch's result: said case by case, a failure
+    assert ("3 torch_mismatch case(s) passed their check against float64 in a precision that does not promise "
+            "torch's result (tf32_trunc truncates operands where torch rounds them): expected, not failures") in out
+
+
 def case_of(row):
     return Case.from_row(row)
 

@@ -8,3 +8,13 @@ def two_shapes() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
                                torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.ReLU(),
                                torch.nn.Conv2d(4, 4, 3, padding=1))
+
+
+def raises() -> torch.nn.Module:
+    """A factory that fails as it builds (tune_model.py says so in one line)."""
+    raise RuntimeError("no weights here")
+
+
+def not_a_module() -> dict:
+    """A factory that returns something other than a model."""
+    return {"conv": torch.nn.Conv2d(3, 4, 3)}

@@ -74,6 +74,7 @@ class Tag:
     # a model's run (tune_model.py, kind "tune_model")
     MODEL_KEY = "convtune.model_key"  # model, batch, layout, mode, precision and GPU: what a rerun resumes by
     DONE_PREFIX = "done/"  # done/<pin key>: promote's decision for that shape
+    PINNED_PREFIX = "pinned/"  # pinned/<pin key>: what the pins file held for the key once it was decided
     SHAPES_FAILED = "shapes_failed"
     SHAPES_DROPPED = "shapes_dropped"  # promoted shapes the model was not faster with: torch pinned
 

@@ -58,6 +58,11 @@ def activate(device: str) -> None:
             raise RuntimeError(f"the kernels were already loaded for the {'interpreter' if have else 'GPU'} in this "
                                f"process; run device={device} in a fresh process")
         return
+    if want and os.environ.get("TRITON_INTERPRET") != "1" and "triton.language" in sys.modules:
+        # Triton's own jit library (tl.cdiv, tl.sum, ...) was defined compiled when it was imported; kernels
+        # interpreted now would call it and fail ("Cannot call @triton.jit'd outside of the scope of a kernel")
+        raise RuntimeError("Triton was imported before the interpreter was chosen; set TRITON_INTERPRET=1 before "
+                           "Triton is imported (or run device=interpreter in a fresh process)")
     if want:
         os.environ["TRITON_INTERPRET"] = "1"
 
@@ -169,22 +174,37 @@ def sweep_device_for_job(planned: str) -> str:
                           "hydra.launcher.gpus_per_node=1) or sweep with device=interpreter") from None
 
 
-def pins_path(cfg: DictConfig, base: Path) -> Path:
-    """pins_file (relative to `base`, where the command was started) or the library's pins file.
+def pins_files(cfg: DictConfig, base: Path, gpu: str) -> tuple[Optional[Path], list[Path]]:
+    """(the file promote writes, the files read for what the library runs, first layer first).
+
+    pins_file= (relative to `base`, where the command was started) is both, alone. Without it, `gpu`'s per-user
+    overlay is written and is read over the library's pins ($CONVTUNE_PINS, else the package's): pins a user's promote
+    writes, and its lock, never land in the package's source. The write target is None where the overlay is off.
     Call after activate(): importing convtune.kernels.pins imports the kernels package."""
     from convtune.kernels.pins import default_path
+    from convtune.library import overlay
 
     if cfg.pins_file:
-        p = Path(cfg.pins_file)
-        return p if p.is_absolute() else base / p
-    return default_path()
+        p = Path(cfg.pins_file).expanduser()
+        p = p if p.is_absolute() else base / p
+        return p, [p]
+    mine = overlay.path_for(gpu)
+    return mine, ([mine] if mine is not None else []) + [default_path()]
 
 
 def experiment_name(cfg: DictConfig, problem_name: str, device: str, problem_swept: bool = False) -> str:
     """tracking.experiment if set, else the problem's name ('suite' when a sweep covers several problems).
     Interpreter runs go to their own experiment so they never mix with GPU results."""
     name = cfg.tracking.experiment or ("suite" if problem_swept else problem_name)
-    return f"{name} [interpreter]" if device == INTERPRETER else name
+    name = f"{name} [interpreter]" if device == INTERPRETER else name
+    if len(name) > MAX_EXPERIMENT_NAME:
+        key = "tracking.experiment" if cfg.tracking.experiment else "problem.name"
+        raise ConfigError(key, f"{name[:40]}... ({len(name)} characters)", f"an experiment name of at most "
+                          f"{MAX_EXPERIMENT_NAME} characters, the interpreter's ' [interpreter]' included (MLflow's limit)")
+    return name
+
+
+MAX_EXPERIMENT_NAME = 500  # MLflow's limit on an experiment's name
 
 
 # Timing under the interpreter: 1 round of 1 call shows the pipeline works without spending time on a number
@@ -219,7 +239,8 @@ class Setup:
     meta_source: str = ""  # explicit | pin | pin (nearest ...) | default
     configured_meta: Any = None  # the pinned (or nearest pinned, or default) configuration, before the given keys
     configured_source: str = ""
-    pins_path: Optional[Path] = None
+    pins_path: Optional[Path] = None  # the file promote writes (None: nowhere, the overlay is off): pins_files
+    pins_read: list[Path] = field(default_factory=list)  # what the library's pins are read from, first layer first
     device_tags: dict[str, str] = field(default_factory=dict)
     tracking_uri: str = ""
     timing: Any = None  # convtune.measure.bench.TimingSettings, as used
@@ -350,21 +371,25 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
     return walk(cfg, ConvtuneConfig, "")
 
 
-def unknown_override_keys(overrides: Iterable[str]) -> list[str]:
-    """Keys of command-line overrides (sweep parameters included) that the schema does not have; config group
-    choices (problem=, +experiment=, ...) and hydra.* are Hydra's to judge."""
+RUN_GROUPS = ("problem", "kernel", "bench", "tracking", "experiment")  # run.py's and promote.py's config groups
+
+
+def unknown_override_keys(overrides: Iterable[str], root: Any = None, groups: Iterable[str] = RUN_GROUPS) -> list[str]:
+    """Keys of command-line overrides (sweep parameters included) that the schema `root` (ConvtuneConfig by default)
+    does not have; config group choices (`groups`: problem=, +experiment=, ...) and hydra.* are Hydra's to judge."""
     import dataclasses
     import typing
 
     from convtune.config import ConvtuneConfig
 
-    groups = {"problem", "kernel", "bench", "tracking", "experiment"}
+    root = root or ConvtuneConfig
+    groups = set(groups)
     bad = []
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key.startswith("hydra.") or key == "hydra" or key in groups or "/" in key:  # a/b: a config group's path
             continue
-        schema: Any = ConvtuneConfig
+        schema: Any = root
         for part in key.split("."):
             hints = typing.get_type_hints(schema) if dataclasses.is_dataclass(schema) else {}
             if part not in hints:
@@ -374,7 +399,8 @@ def unknown_override_keys(overrides: Iterable[str]) -> list[str]:
     return bad
 
 
-def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
+def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = (), root: Any = None,
+                     groups: Iterable[str] = RUN_GROUPS) -> None:
     import difflib
     import typing
 
@@ -382,9 +408,10 @@ def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
 
     import dataclasses
 
-    bad = unknown_keys(cfg) or unknown_override_keys(overrides)
+    root = root or ConvtuneConfig
+    bad = (unknown_keys(cfg) if root is ConvtuneConfig else []) or unknown_override_keys(overrides, root, groups)
     if bad:
-        schema: Any = ConvtuneConfig  # the deepest section of the key that exists: its fields are the choice
+        schema: Any = root  # the deepest section of the key that exists: its fields are the choice
         prefix = ""
         for part in bad[0].split(".")[:-1]:
             hints = typing.get_type_hints(schema)
@@ -399,20 +426,47 @@ def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = ()) -> None:
                           + "; see the configuration keys in docs/CONFIGURATION.md")
 
 
-def exit_on_unknown_keys(argv: Iterable[str]) -> None:
-    """For the entry points, before Hydra composes: a `key=value` whose key the schema does not have is one line with
-    the closest key and exit 2, as `+key=value` is (issue 45). Without this Hydra answered `num_warp=4` with its own
-    advice, "To append to your config use +num_warp=4", which is the wrong fix."""
+def exit_on_unknown_keys(argv: Iterable[str], root: Any = None, groups: Iterable[str] = RUN_GROUPS) -> None:
+    """For the entry points, before Hydra composes, one line and exit 2 for:
+    - an override Hydra's grammar cannot read (`sweep=[promote.rounds=7]`: a value holding '=' needs quotes; an empty
+      `choice()`), where Hydra printed 5 lines and exited 1;
+    - a `key=value` whose key the schema `root` (ConvtuneConfig by default; tune_model.py passes its own) does not
+      have, with the closest key, as `+key=value` is. Without this Hydra answered `num_warp=4` with its own advice,
+      "To append to your config use +num_warp=4", which is the wrong fix."""
     import sys
 
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    if not unknown_override_keys(overrides):
-        return
     try:
-        check_known_keys(OmegaConf.create({}), overrides)
+        check_grammar(overrides)
+        if unknown_override_keys(overrides, root, groups):
+            check_known_keys(OmegaConf.create({}), overrides, root, groups)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+
+
+def check_grammar(overrides: Iterable[str]) -> None:
+    """ConfigError naming the first override Hydra's override grammar refuses, with its reason in one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_overrides([o])
+        except OverrideParseException as e:
+            lines = [x for x in str(e).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))]
+            why = lines[0] if lines else "not valid"
+            key, _, value = o.partition("=")
+            hint = ("; a value that holds '=' needs quotes, as in 'sweep=[\"promote.rounds=7\"]'" if "=" in value
+                    else "")
+            raise ConfigError(key.lstrip("+~"), value, f"a value Hydra's override grammar reads ({why}){hint}") from None
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Values the schema's types admit and a run cannot use, in one line (ConfigError)."""
+    if not 0 <= cfg.seed < 2**63:  # torch's generators take 64 bits; a larger seed failed as "Overflow when unpacking
+        raise ConfigError("seed", cfg.seed, "an integer from 0 to 2**63 - 1")  # long long" in every job
 
 
 def check_device(cfg: DictConfig, device: str) -> None:
@@ -427,6 +481,7 @@ def refuse_early(cfg: DictConfig, device: Optional[str] = None) -> Target:
     `device`: the device the jobs will resolve on their own nodes (planned_device), not this machine's."""
     hc = hydra_node(cfg)
     check_known_keys(cfg, hc.overrides.task)  # a sweep's parameters are among the task overrides
+    check_values(cfg)
     target = target_for(cfg, hc, device)
     check_device(cfg, target.device)
     return target
@@ -445,6 +500,7 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
     s.tracking_uri = resolve_uri(cfg.tracking.uri, s.cwd)
     try:
         check_known_keys(cfg)
+        check_values(cfg)
         if device is not None or not swap_problem:
             s.device = device or resolve_device(enum_value(cfg.device))
         else:
@@ -462,18 +518,18 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
                                reps=min(b.reps, INTERPRETER_TIMING["reps"]), warmup=INTERPRETER_TIMING["warmup"])
         s.problem = ConvProblem.from_mapping(s.problem_node)
         s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
-        s.pins_path = pins_path(cfg, s.cwd)
         gpu = cfg.promote.device_name or s.gpu
+        s.pins_path, s.pins_read = pins_files(cfg, s.cwd, gpu)
         # kernel=library measures what the library runs: the pin may name the other kernel (or torch: then the
         # rule's kernel at its default, as configured_meta says)
         # (a family pin too: a run of it here is the tracker's measurement of it on this GPU)
-        choice, source = kernels.library_choice(s.pins_path, gpu, s.problem, s.precision,
+        choice, source = kernels.library_choice(s.pins_read, gpu, s.problem, s.precision,
                                                 capability=capability_of(s.device_tags)) \
             if cfg.kernel.name == kernels.LIBRARY else (None, "")
         if isinstance(choice, kernels.pins.KernelPin):
             s.variant, s.configured_meta, s.configured_source = kernels.get_variant(choice.kernel), choice.meta, source
         else:
-            s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_path, gpu, s.problem,
+            s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_read, gpu, s.problem,
                                                                              s.precision)
         s.meta = kernels.Meta.fill(s.given, s.configured_meta)
         s.meta_source = "explicit" if all(v is not None for v in s.given.values()) else s.configured_source

@@ -47,7 +47,7 @@ def planned_jobs(config: DictConfig) -> Optional[list[list[str]]]:
     if not target.endswith(("BasicSweeper", "ConvtuneSweeper")) or sweeper.get("configs_from"):
         return None  # another sweeper, or configs the sweeper derives itself (it reports the count: on_planned)
     params = OmegaConf.to_container(sweeper.params) if sweeper.get("params") else None
-    configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") else None
+    configs = OmegaConf.to_container(sweeper.configs) if sweeper.get("configs") is not None else None
     return plan_jobs(params, configs, list(config.hydra.overrides.task))  # type: ignore[arg-type]
 
 
@@ -229,9 +229,25 @@ def _still_running(state: SweepState) -> bool:
     return parent["status"] == "RUNNING" and (not here or process_alive(tags.get(Tag.PROCESS, "")))
 
 
+def check_sweep_dir(sweep_dir: Path) -> None:
+    """The sweep folder can be made and written (ConfigError in one line otherwise): Hydra's sweeper makes it after
+    this callback, and a file or a read-only folder there was a traceback of 20 lines."""
+    import tempfile
+
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=sweep_dir, prefix=".convtune-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError("hydra.sweep.dir", str(sweep_dir), f"a folder this process can make and write in "
+                          f"({e.strerror or type(e).__name__}: {e.filename or sweep_dir})") from None
+
+
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            check_sweep_dir(Path(config.hydra.sweep.dir))
             launcher = config.hydra.launcher
             elsewhere = jobs_decide_device(launcher)
             target = refuse_early(config, planned_device(config) if elsewhere else None)

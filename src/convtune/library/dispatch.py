@@ -39,7 +39,7 @@ from convtune.library import overlay
 from convtune.problem import ConvProblem
 
 log = logging.getLogger(__name__)
-TUNE_ENV = "CONVTUNE_TUNE"  # 1: tune on first use (tune_on_first_use)
+TUNE_ENV = "CONVTUNE_TUNE"  # on: tune on first use (tune_on_first_use); read by env_flag
 BUDGET_ENV = "CONVTUNE_TUNE_BUDGET_S"  # a first-use contest's time budget per shape, seconds
 FAMILY_ENV = "CONVTUNE_FAMILY"  # off: family pins are not checked on first use (torch runs until the tracker pins)
 DEFAULT_BUDGET_S = 30.0
@@ -55,8 +55,22 @@ def tune_on_first_use(enabled: bool = True) -> None:
     _tune = bool(enabled)
 
 
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no environment variable, read strictly: 1/true/yes/on or 0/false/no/off (any case; unset or empty: the
+    default); anything else is a ConfigError in one line, never a guess (`false` once meant on)."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in TRUE or value in FALSE:
+        return value in TRUE
+    raise ConfigError(name, os.environ[name], f"one of {'/'.join(TRUE)} (on) or {'/'.join(FALSE)} (off)")
+
+
 def tuning() -> bool:
-    return _tune if _tune is not None else os.environ.get(TUNE_ENV, "") not in ("", "0")
+    return _tune if _tune is not None else env_flag(TUNE_ENV, False)
 
 
 def budget_s() -> float:
@@ -72,11 +86,8 @@ def budget_s() -> float:
 
 
 def family_checks() -> bool:
-    """Whether a family pin is checked on first use (CONVTUNE_FAMILY: on, the default, or off)."""
-    value = os.environ.get(FAMILY_ENV, "on").lower() or "on"
-    if value not in ("on", "off"):
-        raise ConfigError(FAMILY_ENV, value, "on (check a family pin on its first use) or off (torch until pinned)")
-    return value == "on"
+    """Whether a family pin is checked on first use (CONVTUNE_FAMILY: on, the default, or off; env_flag)."""
+    return env_flag(FAMILY_ENV, True)
 
 
 def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
@@ -85,7 +96,7 @@ def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], prec
     A call that records gradients (`training`) runs a kernel only under a "+train" pin (forward_pins_in_training)."""
     home = get_variant(library_variant(p.layout, p.in_channels))
     keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
-    data, path = overlay.read(gpu) if capability is not None else ({"pins": {}}, None)
+    data, path = overlay.read(gpu)  # the interpreter's too: promote's own default target on a machine without a GPU
     found = overlay.entry(data, gpu, home.name, keys)
     if found is not None:
         key, entry = found

@@ -17,10 +17,10 @@ LIMIT = 8  # configurations a shape, as many as a first-use contest tries: on th
 
 def candidate_configs(config: DictConfig) -> list[dict[str, object]]:
     """The sweep's configuration list (hydra.sweeper.configs_from): one entry a (kernel, configuration)."""
+    setup = resolve(config)  # first: it settles whether the kernels load compiled or interpreted
+    setup.raise_error()
     from convtune.library.dispatch import first_use_candidates
 
-    setup = resolve(config)
-    setup.raise_error()
     found = first_use_candidates(setup.problem, setup.precision, capability_of(setup.device_tags), LIMIT)
     if not found:
         from convtune.errors import ConfigError

@@ -78,7 +78,19 @@ def load_model(spec: str) -> tuple[Any, Optional[tuple[int, ...]]]:
             factory = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as e:
             raise ConfigError("model", spec, f"package.module:factory, importable from here ({e})") from None
-        return factory(), None
+        except Exception as e:  # noqa: BLE001 - the user's module failed as it was imported: one line, not a traceback
+            raise ConfigError("model", spec, f"package.module:factory whose module imports ({_said(e)})") from None
+        try:
+            model = factory()
+        except Exception as e:  # noqa: BLE001 - the user's factory: whatever it raises is one line
+            raise ConfigError("model", spec, f"a factory that builds the model when called with no arguments; it "
+                                             f"raised {_said(e)}") from None
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError("model", spec, f"a factory that returns a torch.nn.Module; it returned a "
+                                             f"{type(model).__name__}")
+        return model, None
     try:
         import torchvision
     except ImportError:
@@ -92,11 +104,22 @@ def load_model(spec: str) -> tuple[Any, Optional[tuple[int, ...]]]:
     return torchvision.models.get_model(spec, weights=None), TORCHVISION_INPUT
 
 
+def _said(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
+
+
 def distinct_shapes(model: Any, x: Any) -> list[Shape]:
-    """The model's distinct convolution calls on `x` that convtune's kernels can take, most FLOPs first."""
+    """The model's distinct convolution calls on `x` that convtune's kernels can take, most FLOPs first. A model that
+    cannot run `x` (an input= that does not fit it) is a ConfigError in one line."""
     from convtune.library.nn import problems
 
-    found = [Shape(p, layers) for p, layers in problems(model, x).values()]
+    try:
+        found = [Shape(p, layers) for p, layers in problems(model, x).values()]
+    except Exception as e:  # noqa: BLE001 - the user's model on the user's input shape
+        raise ConfigError("input", list(x.shape[1:]), f"one sample's shape [C, H, W] that the model takes; a batch "
+                                                      f"of {list(x.shape)} raised {_said(e)}") from None
     return sorted(found, key=lambda s: -s.flops)
 
 
@@ -116,9 +139,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     """Returns the exit status: 0 when every shape was decided, 1 when one could not be."""
     import torch
 
-    from convtune.kernels import pins
-    from convtune.library import overlay
-    from convtune.setup import INTERPRETER, experiment_name, resolve_device
+    from convtune.setup import INTERPRETER, activate, experiment_name, resolve_device
     from convtune.track.store import Tracker, resolve_uri, say_reaped
 
     validate(cfg)
@@ -127,6 +148,10 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     if device != "cuda" and choice != "interpreter":
         raise ConfigError("device", choice, "cuda, on a CUDA GPU (pins are per GPU); device=interpreter is a dry run "
                                             "of the pipeline on the CPU, with CPU times")
+    activate(device)  # before the kernels load: under the interpreter they run on the CPU
+    from convtune.kernels import pins
+    from convtune.library import overlay
+
     interpreted = device == INTERPRETER
     gpu = INTERPRETER if interpreted else torch.cuda.get_device_name()
     precision, layout = enum_value(cfg.precision), enum_value(cfg.layout)
@@ -134,8 +159,6 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     if target is None:
         raise ConfigError("pins_file", None, f"a path: the per-user overlay is off ({overlay.ENV}=off)")
     pins.check_writable(target)
-    if target != overlay.path_for(gpu):  # the library in this process reads what promote writes
-        os.environ[pins.ENV_VAR] = str(target)
 
     model, sample = load_model(cfg.model)
     sample = tuple(cfg.input) if cfg.input is not None else sample
@@ -149,6 +172,9 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
     shapes = distinct_shapes(model, x)
     chosen = [] if cfg.measure_only else shapes[: cfg.shapes] if cfg.shapes else shapes
+    if target != overlay.path_for(gpu):  # the library in this process reads what promote writes
+        pins.create_empty(target)  # the library refuses a CONVTUNE_PINS that names no file
+        os.environ[pins.ENV_VAR] = str(target)
 
     uri = resolve_uri(cfg.tracking.uri, Path.cwd())
     tracker = Tracker(uri)
@@ -172,19 +198,29 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
             label = f"[{i}/{len(chosen)}] {key} ({len(s.layers)} layer(s): {', '.join(s.layers[:3])}" \
                     f"{', ...' if len(s.layers) > 3 else ''})"
             if cfg.resume and key in done:
-                print(f"{label}: decided before in this run, not tuned again: {done[key]}", flush=True)
-                continue
+                held = _held(target, gpu, s.problem, key)
+                if held == done[key][1]:
+                    print(f"{label}: decided before in this run, not tuned again: {done[key][0]}", flush=True)
+                    continue
+                print(f"{label}: decided before in this run, but {target} does not hold that decision (it pins "
+                      f"{held}, the decision left {done[key][1]}): decided again", flush=True)
             t0 = time.monotonic()
             decision = _tune_shape(s, cfg, root, out_dir / f"shape{i:02d}", uri, experiment, run_id, target, device)
             if decision is None:
                 failed += 1
                 continue
-            tracker.log(run_id, tags={f"{Tag.DONE_PREFIX}{key}": decision})
+            tracker.log(run_id, tags={f"{Tag.DONE_PREFIX}{key}": decision,
+                                      f"{Tag.PINNED_PREFIX}{key}": _held(target, gpu, s.problem, key)})
             print(f"{label}: {decision} ({time.monotonic() - t0:.0f} s)", flush=True)
         from convtune.library import functional
 
         functional.forget_choices()
         table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target)
+        # a shape the model was not faster with now holds torch: what a resume compares the pins file with
+        now_held = {f"{Tag.PINNED_PREFIX}{k}": _held(target, gpu, s.problem, k) for s in chosen
+                    if (k := pins.pin_key(s.problem.key(), precision)) in dropped}
+        if now_held:
+            tracker.log(run_id, tags=now_held)
     except Exception as e:  # an error, recorded with its message (a signal goes on to on_kill, through guard)
         with interrupts.deferred():
             on_kill.cancel()
@@ -209,6 +245,19 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     return 1 if failed else 0
 
 
+def _held(target: Path, gpu: str, problem: ConvProblem, key: str) -> str:
+    """What the pins file `target` holds for `key` (in the section the library reads for `problem`), in words: a
+    shape counts as decided on resume only where the file still holds what its decision left there (the overlay
+    deleted, or another pins_file=, and it is decided again)."""
+    from convtune.kernels import library_variant, pins
+
+    try:
+        entry = pins.entries(pins.load(target), gpu, library_variant(problem.layout, problem.in_channels)).get(key)
+    except pins.PinsError:
+        return "an unreadable file"
+    return pins.describe(pins.pinned(entry)) if entry else "none"
+
+
 def _close(tracker: Any, run_id: str, why: str) -> None:
     """End the model's run KILLED after a signal (`why` its name), FAILED after an error (interrupts.ABNORMAL_EXIT)."""
     status = Status.FAILED if why == interrupts.ABNORMAL_EXIT else Status.KILLED
@@ -227,7 +276,10 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
     if cfg.resume and runs and not cfg.measure_only:
         run = max(runs, key=lambda r: r["start_time"])
         tracker.reopen(run["run_id"], this_process())
-        done = {k[len(Tag.DONE_PREFIX):]: v for k, v in run["tags"].items() if k.startswith(Tag.DONE_PREFIX)}
+        tags = run["tags"]
+        # pin key → (promote's decision line, what the pins file held for the key once it was decided)
+        done = {k[len(Tag.DONE_PREFIX):]: (v, tags.get(Tag.PINNED_PREFIX + k[len(Tag.DONE_PREFIX):]))
+                for k, v in tags.items() if k.startswith(Tag.DONE_PREFIX)}
         print(f"tune_model: resuming run {run['run_id']}: {len(done)} shape(s) decided before", flush=True)
         return run["run_id"], done
     run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, Tag.MODEL_KEY: identity,

@@ -65,6 +65,7 @@ class Contest:
     pin_run_id: Optional[str]  # the run the pin was promoted from, as its provenance says
     runs: list[RunView]
     contenders: list[Any]  # contest.Contender, the pin first
+    in_target: Any = None  # what the written file itself pins for the key (None: nothing; the holder is a lower layer's)
 
 
 def run_promote(cfg: DictConfig) -> int:
@@ -80,7 +81,15 @@ def run_promote(cfg: DictConfig) -> int:
     if not p.dry_run:  # before the contest: its minutes are not spent on a decision that cannot be written
         from convtune.kernels import pins
 
+        if setup.pins_path is None:
+            raise ConfigError("pins_file", None, "a path: without one promote writes this GPU's per-user overlay, and "
+                                                 "it is off (CONVTUNE_OVERLAY_DIR=off)")
         pins.check_writable(setup.pins_path)
+    if p.torch and not torch_contends(setup):
+        print(f"promote: on the interpreter torch does not contend at precision={setup.precision}: the judge's "
+              "reference there is cuDNN's TF32 rule, emulated on the CPU, which torch's CPU convolution does not "
+              "follow; the kernels contend alone, an unpinned key against its kernel's default (as with "
+              "promote.torch=false)")
     store_file = setup.tracking_uri[len("sqlite:///"):] if setup.tracking_uri.startswith("sqlite:///") else None
     if store_file is not None and not Path(store_file).exists():  # nothing swept: no store is made, no contest run
         print(f"promote: no store at {setup.tracking_uri}: nothing has been swept there yet; sweep the key first:\n"
@@ -124,6 +133,15 @@ def run_promote(cfg: DictConfig) -> int:
     return 1 if refusal else 0
 
 
+def torch_contends(setup: Setup) -> bool:
+    """Whether torch's convolution can be judged here as a contender: on a GPU always; on the interpreter only at a
+    precision where torch's CPU result is the judge's reference (no TF32: on the CPU, torch computes in fp32 and
+    the TF32 reference is emulated, so torch "failed the check" and its key was pinned with no gain)."""
+    from convtune.kernels.precision import torch_uses_tf32
+
+    return not setup.interpreted or not torch_uses_tf32(setup.precision)
+
+
 def sweep_command(setup: Setup) -> str:
     """The sweep that gives promote runs to weigh for this key."""
     precision = "" if setup.precision == "tf32" else f" precision={setup.precision}"
@@ -137,7 +155,7 @@ def next_step(setup: Setup, tracker: Tracker, c: Contest, promoted: bool, run_id
     from convtune.track import dashboard
     from convtune.track.store import UI_DEFAULT
 
-    now = choose(setup.pins_path, c.gpu, setup.problem, setup.precision)
+    now = choose(setup.pins_read, c.gpu, setup.problem, setup.precision)
     runs = "torch's convolution" if now.value == pins.TORCH else f"convtune's {pins.describe(now.value)}"
     changed = (f"the pins file {setup.pins_path} now pins {c.key} on {c.gpu}" if promoted
                else f"the pins file {setup.pins_path} is unchanged")
@@ -174,11 +192,15 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     gpu = p.device_name or setup.gpu
     key, section, problem = setup.pin_key(), setup.pin_variant, setup.problem
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
-    # would fall back on: a pin is written for this key only.
-    current = pins.entries(pins.load(setup.pins_path), gpu, section.name).get(key)
+    # would fall back on: a pin is written for this key only. The holder is what the library reads first: the
+    # written file's pin (the per-user overlay, or pins_file=), else a pin of the layers under it (the packaged pins).
+    in_target = pins.entries(pins.load(setup.pins_path), gpu, section.name).get(key) if setup.pins_path else None
+    current = in_target or pins.entries(pins.load_layers(setup.pins_read), gpu, section.name).get(key)
     # A key with no pin runs torch in the library (library/dispatch.py), so torch is what a candidate must beat
-    # there, the kernel's default included; with promote.torch=false (a study of the kernel alone) the default is.
-    pin_value = pins.pinned(current) if current else pins.TORCH if p.torch else section.default_meta(
+    # there, the kernel's default included; with promote.torch=false (a study of the kernel alone), or on the
+    # interpreter (where torch's CPU time and the interpreter's do not compare), the default is.
+    with_torch = p.torch and torch_contends(setup)
+    pin_value = pins.pinned(current) if current else pins.TORCH if with_torch else section.default_meta(
         problem.out_channels, problem.stride[1], problem.width, setup.precision)
     pin_kernel, pin_meta = ((get_variant(pin_value.kernel), pin_value.meta) if isinstance(pin_value, pins.KernelPin)
                             else (None if pin_value == pins.TORCH else section, pin_value))
@@ -210,10 +232,10 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     contenders += [Contender(m, "candidate", r.run_id, r.latency_ms, kernel=k)
                    for (name, m), (k, r) in ranked
                    if k in contested and (pin_kernel is None or (name, m) != (pin_kernel.name, pin_meta))][: p.top_k]
-    if p.torch and pin_value != pins.TORCH:
+    if with_torch and pin_value != pins.TORCH:
         contenders.append(Contender(pins.TORCH, "torch", None, _logged_torch_ms(runs)))
     return Contest(gpu, key, pin_value, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
-                   runs, contenders)
+                   runs, contenders, pins.pinned(in_target) if in_target else None)
 
 
 def _logged_torch_ms(runs: list[RunView]) -> Optional[float]:
@@ -245,7 +267,7 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
     # the GPU's compute capability goes into the file's gpus table where this machine is the pin's GPU (what makes
     # its pins a family's: kernels/pins.family_sources)
     before, after = pins.write_pin(path, c.gpu, section.name, c.key, value, provenance,
-                                   expect=c.pin_value if c.pinned else None,
+                                   expect=c.in_target,
                                    capability=capability_of(here) if c.gpu == setup.gpu else None)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
     runs = "torch's convolution" if w.meta == pins.TORCH else f"convtune's {w.kernel.name}"
