@@ -210,6 +210,6 @@ def checkpoint(name: str) -> None:
     if marker:
         with open(marker, "w") as f:
             f.write(name)
-    deadline = time.monotonic() + 120  # never hang a test run forever
+    deadline = time.monotonic() + float(os.environ.get("CONVTUNE_PAUSE_S", "120"))  # never hang a test forever
     while _pending is None and time.monotonic() < deadline:
         time.sleep(0.01)  # the handler raises Interrupted here, or sets _pending inside a deferred section

@@ -45,6 +45,7 @@ class Tag:
     GPU_SLOT = "gpu_slot"  # the CUDA_VISIBLE_DEVICES the gpus launcher gave the job's process
     JOB = "job"  # a sweep job's number (hydra.job.num): how a launcher finds the run of a job it lost
     BATCH_JOB = "batch_job"  # the scheduler's id of a sweep job (SLURM: <array job>_<task>), where its logs are
+    SLURM_STATE = "slurm_state"  # what SLURM says became of a task that left no result (CANCELLED by 0, TIMEOUT, ...)
     GIT_COMMIT = "git_commit"
     GIT_DIRTY = "git_dirty"
     META_SOURCE = "meta_source"  # explicit | pin | pin (nearest ...) | default

@@ -97,17 +97,20 @@ CLAIM_GRACE_S = 60  # an empty claim younger than this belongs to a sweep still 
 
 
 def close_lost_job(state: SweepState, number: int, overrides: list[str], slot: Optional[str], status: str,
-                   error_type: str, message: str, extra_tags: Optional[dict[str, str]] = None) -> str:
+                   error_type: str, message: str, extra_tags: Optional[dict[str, str]] = None,
+                   overrule: bool = False) -> str:
     """Record a job that ended without closing its run (gpus launcher: a timeout, a crash, an interrupt; slurm:
     a task the scheduler ended): its RUNNING run (found by the job's number, Tag.JOB) is closed with `status` and
     the reason; a job that ended before making its run gets one, named by its overrides, so that nothing of the
-    sweep goes missing. Returns the run's id."""
+    sweep goes missing. `overrule`: a run the job closed itself, other than ok, gets `status` and the reason too (a
+    SLURM task that scancel or its time limit ended closes its run KILLED on the scheduler's SIGTERM; the run says
+    the scheduler's state instead). Returns the run's id."""
     tracker = Tracker(state.tracking_uri)
     mine = [r for r in tracker.children(state.parent_run_id) if r["tags"].get(Tag.JOB) == str(number)]
     tags = {Tag.STATUS: status, Tag.ERROR_TYPE: error_type, Tag.ERROR_MESSAGE: message, **(extra_tags or {})}
     with interrupts.deferred():
         for r in mine:
-            if r["status"] == "RUNNING":
+            if r["status"] == "RUNNING" or (overrule and r["tags"].get(Tag.STATUS) != Status.OK):
                 tracker.log(r["run_id"], tags=tags)
                 tracker.end(r["run_id"], Status.mlflow(status))
                 return str(r["run_id"])

@@ -26,7 +26,7 @@ from omegaconf import open_dict
 
 from convtune import interrupts
 from convtune.errors import ConfigError
-from convtune.record import Status
+from convtune.record import Status, Tag
 from convtune.sweep_state import SweepState, close_lost_job
 
 POLL_S = 1.0  # how often the submitter looks at its jobs (SLURM's sacct is asked at most this often)
@@ -89,6 +89,7 @@ def _ended(state: Optional[SweepState], number: int, overrides: Sequence[str], j
     if printed:
         print("\n".join(printed), flush=True)
     failure: Optional[tuple[str, str]] = None
+    ret: Optional[JobReturn] = None
     try:
         if kind == "local" and not job.paths.result_pickle.exists():
             # a local task writes its result before its process ends, so none will come: submitit's result()
@@ -107,11 +108,17 @@ def _ended(state: Optional[SweepState], number: int, overrides: Sequence[str], j
         failure = (type(e).__name__, f"{kind} job {job.job_id} left no result{why}"
                                      + (f"; its last line: {said[-1]}" if said else ""))
     if failure is None:
-        return ret
+        return ret  # type: ignore[return-value]
+    tags = {Tag.BATCH_JOB: str(job.job_id)}
+    if kind == "slurm":  # what the scheduler says became of the task: CANCELLED by <uid>, TIMEOUT, FAILED, ...
+        tags[Tag.SLURM_STATE] = str(job.state)
+        if "SLURM state" not in failure[1]:
+            failure = (failure[0], f"{failure[1]} (SLURM state {job.state})")
     run_id = None if state is None else close_lost_job(state, number, list(overrides), None, Status.FAILED,
                                                        failure[0], f"{failure[1]} (its output: {job.paths.stderr})",
-                                                       {"batch_job": str(job.job_id)})
-    print(f"[{number + 1}/{total}] {' '.join(filter_overrides(overrides))} → {Status.FAILED}: {failure[0]}: "
+                                                       tags, overrule=kind == "slurm")
+    shown = [o for o in filter_overrides(overrides) if state is None or o.split("=", 1)[0].lstrip("+~") in state.varied]
+    print(f"[{number + 1}/{total}] {' '.join(shown) or f'job {number}'} → {Status.FAILED}: {failure[0]}: "
           f"{failure[1]}" + (f" (run {run_id})" if run_id else ""), flush=True)
     return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
 
@@ -137,8 +144,14 @@ def run_one(launcher: Any, sweep_overrides: list[str], job_dir_key: str, job_num
             singleton_state: dict) -> JobReturn:
     """One job, in its array task (or local process): as hydra-submitit-launcher runs it, with convtune's
     interrupt handling (a scancel records the run KILLED) and the scheduler's job id on the run."""
+    import signal
+
     import submitit
 
+    # submitit's handler of SLURM's warning signal ends the task at once (requeued, or "timed-out"), before its time
+    # limit; a configuration's run goes on until it ends or SLURM ends it (SIGTERM: the run is closed, then the
+    # launcher records it FAILED with SLURM's state, TIMEOUT)
+    signal.signal(signal.SIGUSR2, _time_limit_near)
     os.environ["CONVTUNE_BATCH_JOB"] = submitit.JobEnvironment().job_id
     Singleton.set_state(singleton_state)
     setup_globals()
@@ -149,6 +162,11 @@ def run_one(launcher: Any, sweep_overrides: list[str], job_dir_key: str, job_num
     return interrupts.guard(lambda: run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
                                             config=config, job_dir_key=job_dir_key,
                                             job_subdir_key="hydra.sweep.subdir"))  # type: ignore[return-value]
+
+
+def _time_limit_near(signum: int, frame: Any) -> None:
+    print("SLURM's warning signal (SIGUSR2): the task's time limit is near; its run goes on until it ends or SLURM "
+          "ends it", file=sys.stderr, flush=True)
 
 
 def check_settings(parallelism: Any) -> None:

@@ -66,6 +66,12 @@ class SlurmLauncher(BaseSubmititLauncher):
     def __call__(self, *args: Any) -> JobReturn:  # in the job's process
         return get_method(self.run_with)(self, *args)
 
+    def checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        """No requeue on SLURM's time-out or preemption signal (hydra-submitit-launcher resubmits the job as it was):
+        the task's run is closed FAILED with SLURM's state, and a rerun of the sweep measures it again (resume keeps
+        what is done). A requeued task would measure its configuration a second time under a new run."""
+        return None
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         return get_method(self.launch_with)(self, job_overrides, initial_job_idx)
 
