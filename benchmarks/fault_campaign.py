@@ -82,9 +82,11 @@ def fill(d: Path, leave_kb: int) -> None:
             f.write(b"\0" * free)
 
 
-def row(case: str, r: subprocess.CompletedProcess, running: Optional[int], lost: Optional[int], note: str = "") -> dict:
+def row(case: str, r: subprocess.CompletedProcess, running: Optional[int], lost: Optional[int], note: str = "",
+        expect_ok: bool = False) -> dict:
+    """One case's outcome. `expect_ok`: the command should succeed (exit 0) despite the fault; else it must refuse."""
     lines = (r.stderr.strip() or r.stdout.strip()).splitlines() or [""]
-    return {"case": case, "rc": r.returncode, "last_line": lines[-1][:160],
+    return {"case": case, "rc": r.returncode, "last_line": lines[-1][:160], "expect_ok": expect_ok,
             "traceback": "Traceback" in r.stdout + r.stderr, "left_running": running, "lost": lost, "note": note}
 
 
@@ -239,6 +241,88 @@ def case_repeated_block(work: Path, template: Path) -> dict:
                int(pins_file.read_text() != doubled))
 
 
+LIBRARY_CALL = """
+import sys
+import torch, convtune
+x, w = torch.rand(1, 4, 6, 6), torch.rand(4, 4, 3, 3)
+try:
+    convtune.conv2d(x, w, torch.ones(4), padding=1)  # the signature's first call, planned and cached
+    {call}
+except (RuntimeError, ValueError) as e:
+    sys.exit(f"error: {{type(e).__name__}}: {{e}}")
+print("accepted")
+"""
+
+
+def python_c(code: str, work: Path, env_extra: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**ENV, **env_extra}, capture_output=True,
+                          text=True, timeout=300)
+
+
+def case_library_refusal(work: Path, name: str, call: str, env_extra: dict) -> dict:
+    """A library call that must be refused in one line (accepted = data silently wrong: `lost` 1)."""
+    r = python_c(LIBRARY_CALL.format(call=call), work, env_extra)
+    return row(name, r, 0, int("accepted" in r.stdout))
+
+
+def case_in_memory_store(work: Path) -> dict:
+    r = run(["problem=tiny", "bench=fast", "tracking.uri=sqlite://", f"pins_file={work / 'pins.yaml'}"], work)
+    return row("in-memory store (sqlite://)", r, 0, int(r.returncode == 0))  # exit 0 here meant the run was gone
+
+
+def case_foreign_database(work: Path) -> dict:
+    db = work / "theirs.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE people (id INTEGER)")
+    con.commit()
+    con.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    r = run(["problem=tiny", "bench=fast", f"tracking.uri=sqlite:///{db}", f"pins_file={work / 'pins.yaml'}"], work)
+    return row("foreign SQLite database as the store", r, 0, int(hashlib.sha256(db.read_bytes()).hexdigest() != before))
+
+
+def case_symlinked_pins(work: Path, template: Path) -> dict:
+    """promote through a symbolic link: the target must get the pin, the link stay a link."""
+    real = work / "real" / "pins.yaml"
+    store = _pin(work, real, template)
+    link = work / "link.yaml"
+    link.symlink_to(real)
+    r = run(["problem=tiny", f"tracking.uri={store}", f"pins_file={link}", "promote.rounds=4", "promote.reps=1",
+             "promote.min_gain=0", "promote.confidence=0.5"], work, entry="promote.py")
+    from convtune.kernels import pins
+
+    entry = pins.entries(pins.load(real), "interpreter", "implicit_gemm").get(PIN_KEY) or {}
+    lost = int(not link.is_symlink() or (("decision: PROMOTE" in r.stdout) and entry.get("meta", {}).get("BLOCK_M") == 16))
+    return row("pins file behind a symbolic link (promote)", r, statuses(store).count("RUNNING"), lost,
+               f"link kept: {link.is_symlink()}", expect_ok=True)
+
+
+def case_tune_model_resume_without_its_pins(work: Path, template: Path) -> dict:
+    """tune_model, then the pins file deleted, then tune_model again: every shape's decision must be in the pins file
+    at the end (it once resumed from MLflow's record and wrote nothing)."""
+    store = store_in(work / "mlruns", template)
+    pins_file = work / "pins.yaml"
+    args = ["model=tests.tiny_models:two_shapes", "input=[3,6,6]", "batch=1", "device=interpreter", "turns=3",
+            "warmup=0", f"tracking.uri={store}", f"pins_file={pins_file}", "shapes=2"]
+    env = {k: v for k, v in ENV.items() if k != "TRITON_INTERPRET"}
+    first = subprocess.run([sys.executable, str(ROOT / "tune_model.py"), *args, f"hydra.run.dir={work / 'o1'}"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    pins_file.unlink()
+    r = subprocess.run([sys.executable, str(ROOT / "tune_model.py"), *args, f"hydra.run.dir={work / 'o2'}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    from convtune.kernels import pins
+
+    c = MlflowClient(store)
+    (model_run,) = [x for e in c.search_experiments() for x in c.search_runs([e.experiment_id])
+                    if x.data.tags.get("kind") == "tune_model"]
+    held = {k[len("pinned/"):]: v for k, v in model_run.data.tags.items() if k.startswith("pinned/")}
+    now = pins.entries(pins.load(pins_file), "interpreter", "implicit_gemm")
+    lost = sum(v != (pins.describe(pins.pinned(now[k])) if k in now else "none") for k, v in held.items())
+    return row("tune_model resumed after its pins file was deleted", r, statuses(store).count("RUNNING"), lost,
+               f"{r.stdout.count('decided again')} shape(s) decided again", expect_ok=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="write every case as a JSON line")
@@ -258,6 +342,23 @@ def main() -> int:
             ("read-only pins folder", root, lambda w: case_read_only_pins_folder(w, template)),
             ("pins file chmod 444", True, lambda w: case_read_only_pins_file(w, template)),
             ("repeated pins block", True, lambda w: case_repeated_block(w, template)),
+            # the data-loss cases of the 2026-11-28 campaign
+            ("tune_model resume without its pins", True, lambda w: case_tune_model_resume_without_its_pins(w, template)),
+            ("stale bias size", True, lambda w: case_library_refusal(
+                w, "a bias of the wrong size after the first call", "convtune.conv2d(x, w, torch.ones(3), padding=1)",
+                {"CONVTUNE_UNPINNED": "kernel"})),
+            ("stride 0", True, lambda w: case_library_refusal(
+                w, "stride 0 on the kernel path", "convtune.conv2d(x, w, None, stride=0)",
+                {"CONVTUNE_UNPINNED": "kernel"})),
+            ("CONVTUNE_PINS missing", True, lambda w: case_library_refusal(
+                w, "CONVTUNE_PINS naming a missing file", "convtune.conv2d(x, w, padding=1)",
+                {"CONVTUNE_PINS": str(w / "missing.yaml")})),
+            ("CONVTUNE_TUNE=false", True, lambda w: case_library_refusal(
+                w, "CONVTUNE_TUNE=false must mean off", "assert not __import__('convtune').library.dispatch.tuning(); "
+                "sys.exit('error: tuning is off, as asked')", {"CONVTUNE_TUNE": "false"})),
+            ("in-memory store", True, case_in_memory_store),
+            ("foreign database", True, case_foreign_database),
+            ("symlinked pins file", True, lambda w: case_symlinked_pins(w, template)),
         ]
         for name, runnable, case in cases:
             if not runnable:
@@ -273,8 +374,10 @@ def main() -> int:
     for r in rows:
         print(f"| {r['case']} | {r['rc']} | {r['last_line']} | {'YES' if r['traceback'] else 'no'} | "
               f"{r['left_running']} | {r['lost']} | {r['note']} |")
-    bad = [r for r in rows if r["traceback"] or r["left_running"] or r["lost"] or (r["rc"] == 0)]
-    print(f"\n{len(rows)} cases, {len(bad)} with a traceback, runs left RUNNING, data lost or exit 0")
+    bad = [r for r in rows if r["rc"] is not None and (r["traceback"] or r["left_running"] or r["lost"]
+                                                         or (r["rc"] == 0) != r.get("expect_ok", False))]
+    print(f"\n{len(rows)} cases, {len(bad)} with a traceback, runs left RUNNING, data lost or an unexpected exit "
+          "(0 where the fault must be refused, else non-zero)")
     return 1 if bad else 0
 
 

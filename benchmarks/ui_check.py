@@ -6,7 +6,8 @@ Starts `mlflow ui` on 127.0.0.1 on that store, opens each experiment's page in h
 (Playwright), waits for the page to settle, and saves a screenshot and the visible text per experiment. It
 prints, per experiment and for a plain link and the link convtune prints, the URL the UI landed on, whether
 the runs table is on screen (the names of the runs convtune wrote appear in it) and whether the GenAI trace
-overview is instead. Needs `pip install playwright` and a
+overview is instead; and per sweep, its dashboard (the parent run's description) expanded, with whether its table's
+cells stand apart and its "fastest first" link opens the runs table sorted by latency. Needs `pip install playwright` and a
 Chromium (Debian: `apt-get install chromium`); a manual check with evidence, not part of the test suite.
 """
 
@@ -86,11 +87,61 @@ def main() -> int:
                 for n in names[:8]:
                     print(f"    run name: {n}{'' if n in text else '   (not on screen)'}")
                 failures += 0 if shown or how == "plain link" else 1
+            failures += sum(dashboards(page, client, f"http://127.0.0.1:{port}", out))
             browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
     return 1 if failures else 0
+
+
+MIN_GAP_PX = 6  # between two header texts: 2 px read as one word ("vs cuDNNcorrect"); with the padding, 18 px
+# The horizontal gap between the text of two table headers (not their cells, which always touch), in px
+TEXT_GAP = """([a, b]) => {
+  const edge = (label) => {
+    const th = [...document.querySelectorAll('th')].find(t => t.textContent.includes(label));
+    if (!th) return null;
+    const walk = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      const i = n.textContent.indexOf(label);
+      if (i < 0) continue;
+      const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + label.length);
+      return r.getBoundingClientRect();
+    }
+    return null;
+  };
+  const [l, r] = [edge(a), edge(b)];
+  return l && r ? r.left - l.right : null;
+}"""
+
+
+def dashboards(page, client, base: str, out: Path) -> list[int]:
+    """Each sweep's parent run page (its description: the dashboard), expanded: a screenshot, and whether the ranked
+    table's header cells stand apart (a gap between "vs cuDNN" and "correct") and its links open the runs table.
+    Returns a failure count per dashboard."""
+    from convtune.record import Tag
+
+    failed = []
+    for exp in client.search_experiments():
+        for run in client.search_runs([exp.experiment_id], filter_string="tags.`mlflow.note.content` != ''"):
+            if Tag.SWEEP_DIR not in run.data.tags:
+                continue
+            page.goto(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
+            page.get_by_text("Show more").first.click(timeout=30_000)
+            page.wait_for_timeout(1000)
+            gap = page.evaluate(TEXT_GAP, ["vs cuDNN", "correct"])  # between the two headers' text, in px
+            link = page.get_by_role("link", name="All of this sweep's runs, fastest first").first
+            page.screenshot(path=str(out / f"dashboard_{run.info.run_id[:8]}.png"), full_page=True)
+            with page.context.expect_page(timeout=10_000) as opened:
+                link.click()
+            runs_page = opened.value
+            runs_page.wait_for_timeout(3000)
+            sorted_ok = "Sort: latency_ms" in runs_page.inner_text("body")
+            runs_page.close()
+            print(f"dashboard of {run.info.run_name}: table header gap {gap} px · its runs link opens the table "
+                  f"sorted by latency: {sorted_ok}")
+            failed.append(0 if gap is not None and gap >= MIN_GAP_PX and sorted_ok else 1)
+    return failed
 
 
 if __name__ == "__main__":

@@ -80,9 +80,12 @@ def test_multirun_gives_one_parent_and_a_child_per_config(run_cli, new_store):
     # the parent's Overview is the dashboard: the ranked table, the winner marked and tagged, the interpreter said
     note = parent.data.tags["mlflow.note.content"]
     best = parent.data.tags["best_run_id"]
-    assert "CPU host times through Triton's interpreter" in note and "| ★ 1 | [" in note
-    assert f"(#/experiments/{eid}/runs/{best}?workflowType=machine_learning)" in note.split("| ★ 1 |")[1].split("\n")[0]
-    assert "| latency ms | p20–p80 ms | TFLOPS | GB/s |" in note and "![latency.png](get-artifact?path=" in note
+    assert "CPU host times through Triton's interpreter" in note and "| ★ 1&nbsp;&nbsp; | [" in note
+    assert f"(#/experiments/{eid}/runs/{best}?workflowType=machine_learning)" in \
+        note.split("| ★ 1&nbsp;&nbsp; |")[1].split("\n")[0]
+    # every cell ends with two no-break spaces: the MLflow UI pads no table cell ("vs cuDNNcorrect")
+    assert ("| latency ms&nbsp;&nbsp; | p20–p80 ms&nbsp;&nbsp; | TFLOPS&nbsp;&nbsp; | GB/s&nbsp;&nbsp; |" in note
+            and "| vs cuDNN&nbsp;&nbsp; | correct&nbsp;&nbsp; |" in note and "![latency.png](get-artifact?path=" in note)
     assert [x.data.tags.get("convtune.winner") for x in children if x.info.run_id == best] == ["true"]
     assert [x.data.tags.get("convtune.winner") for x in children if x.info.run_id != best] == [None]
     assert {"summary.md", "multirun.yaml", "roofline.png", "latency.png"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}

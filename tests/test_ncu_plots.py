@@ -68,3 +68,19 @@ def test_the_importance_view_draws_latency_against_each_parameter_the_sweep_vari
     assert [t.get_text() for t in warps.get_xticklabels()] == ["4", "8"]
     assert list(warps.get_lines()[0].get_ydata()) == pytest.approx([0.655, 0.535])  # the median of each value
     assert plots.latency_by_parameter([run("64", 0.52, 104.0, "8")], "t") is None  # nothing varied
+
+
+def test_every_plots_titles_lie_inside_its_picture():
+    """The importance view of a sweep that varied one parameter was a 3.8-inch figure with its title cut at both
+    ends in the PNG itself."""
+    long = "kernelbench_l1_50 · NVIDIA H100 80GB HBM3 · tf32"
+    runs = [run("64", 0.52, 104.0, "8"), run("64", 0.61, 90.0, "4")]  # num_warps alone varies
+    for fig in (plots.latency_by_parameter(runs, long), plots.latency_by_config(runs, long),
+                plots.roofline(runs, long)):
+        fig.canvas.draw()
+        renderer, box = fig.canvas.get_renderer(), fig.bbox
+        titles = [t for t in [fig._suptitle] + [ax.title for ax in fig.axes] if t is not None and t.get_text()]
+        assert titles
+        for t in titles:
+            e = t.get_window_extent(renderer)
+            assert box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1, (t.get_text(), e, box)

@@ -176,7 +176,10 @@ def test_a_sweeps_run_name_says_what_it_varies_then_when():
     assert browse_hint("http://10.0.0.5:5000/", "7", "abc").splitlines() == [
         "browse: http://10.0.0.5:5000/#/experiments/7/runs/abc?workflowType=machine_learning",
         "runs by latency: http://10.0.0.5:5000/#/experiments/7/runs?workflowType=machine_learning&searchFilter="
-        "tags.mlflow.parentRunId%20%3D%20%27abc%27&orderByKey=metrics.%60latency_ms%60&orderByAsc=true"]
+        "tags.mlflow.parentRunId%20%3D%20%27abc%27&orderByKey=metrics.%60latency_ms%60&orderByAsc=true",
+        # MLflow's runs table reads sort and filter from a link, never columns: the line says which to pick
+        "  (sorted by latency_ms; MLflow's runs table takes no columns from a link: pick Columns → Metrics → "
+        "latency_ms there)"]
     # a path with a space is quoted, so the printed command runs as it is pasted
     assert browse_hint("sqlite:////data/my runs/mlflow.db", "7").startswith(
         "browse: mlflow ui --backend-store-uri 'sqlite:////data/my runs/mlflow.db'   then http://127.0.0.1:5000/")

@@ -208,3 +208,26 @@ def test_turns_balance_the_order_and_the_ratio_says_faster_only_when_its_interva
     assert mixed.low < 1.0 < mixed.high and not mixed.faster
     with pytest.raises(ValueError, match="turns=1"):
         ab.take_turns({"a": step("a", 1.0)}, turns=1, warmup=0)
+
+
+def test_a_torchvision_name_without_a_working_torchvision_is_one_line(tmp_path, monkeypatch):
+    """Missing, or built for another torch (PyPI's beside the CPU build: RuntimeError at import), it was a traceback."""
+    import importlib
+
+    from convtune.errors import ConfigError
+    from convtune.tune.model import load_model
+
+    broken = tmp_path / "torchvision"
+    broken.mkdir()
+    (broken / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    importlib.invalidate_caches()
+    with pytest.raises(ConfigError) as e:
+        load_model("resnet50")
+    assert str(e.value) == ("model='resnet50' is not allowed: package.module:factory; a torchvision name needs "
+                            "torchvision built for this torch (it does not import: RuntimeError: operator "
+                            "torchvision::nms does not exist; README: Install)")
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # not installed
+    with pytest.raises(ConfigError, match=r"built for this torch \(not installed; README: Install\)$"):
+        load_model("resnet50")

@@ -122,7 +122,8 @@ def browse_hint(uri: str, experiment_id: str, parent_run_id: Optional[str] = Non
     first = f"browse: {page}" if server else f"browse: mlflow ui --backend-store-uri {shlex.quote(uri)}   then {page}"
     if parent_run_id is None:
         return first
-    return first + f"\nruns by latency: {dashboard.runs_by_latency(experiment_id, parent_run_id, base + '/')}"
+    return (first + f"\nruns by latency: {dashboard.runs_by_latency(experiment_id, parent_run_id, base + '/')}"
+            f"\n  ({dashboard.PICK_COLUMNS})")
 
 
 def sweep_run_name(task_overrides: list[str], now: Optional[float] = None) -> str:

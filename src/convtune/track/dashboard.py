@@ -21,6 +21,14 @@ INTERPRETED = ("These are **CPU host times through Triton's interpreter**: they 
 VIEW = "workflowType=machine_learning"
 
 
+# The runs table takes its sort and filter from a link (searchFilter, orderByKey, orderByAsc, startTime and the
+# lifecycle, model and dataset filters: MLflow 3.17's UI reads no other parameter), never its columns, which each
+# browser keeps for itself: the line that gives the link says which to pick.
+PICK_COLUMNS = "sorted by latency_ms; MLflow's runs table takes no columns from a link: pick Columns → Metrics → latency_ms there"
+# A markdown table's cells get no padding in the MLflow UI ("vs cuDNNcorrect"): two no-break spaces end every cell
+PAD = "&nbsp;&nbsp;"
+
+
 def run_link(experiment_id: str, run_id: str, base: str = "") -> str:
     """A run's page in the UI (relative to the UI's root where `base` is empty, as links inside the UI are)."""
     return f"{base}#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
@@ -54,19 +62,19 @@ def description(runs: Iterable[Any], experiment_id: str, parent_run_id: str, int
     lines = [f"**{problem} on {device}**: {len(ok)} of {len(views)} configurations correct, fastest first"
              + (" · *CPU host times through Triton's interpreter: for testing the pipeline, meaningless for a GPU*"
                 if interpreted else ""), ""]
-    lines += ["| rank | configuration | latency ms | p20–p80 ms | TFLOPS | GB/s | % of peak | vs cuDNN | correct |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(["rank", "configuration", "latency ms", "p20–p80 ms", "TFLOPS", "GB/s", "% of peak", "vs cuDNN",
+                    "correct"]), "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(views, 1):
         m = r.metric
         p20, p80 = m(Metric.LATENCY_P20_MS), m(Metric.LATENCY_P80_MS)
         speedup = m(Metric.SPEEDUP_VS_CUDNN)
         correct = {Status.OK: "yes", Status.INCORRECT: "**no**"}.get(r.status, r.status)
         rank = ("★ 1" if r is ok[0] else str(i)) if r.ok else "—"
-        lines.append(" | ".join([
-            f"| {rank}", f"[{r.config_label()}]({run_link(experiment_id, r.run_id)})", significant(r.latency_ms),
+        lines.append(_row([
+            rank, f"[{r.config_label()}]({run_link(experiment_id, r.run_id)})", significant(r.latency_ms),
             "—" if p20 is None or p80 is None else "one call" if p20 == p80 else f"{significant(p20)}–{significant(p80)}",
             significant(m(Metric.TFLOPS), 3), significant(m(Metric.GBPS), 3),
-            significant(m(Metric.PCT_PEAK_TFLOPS), 3), "—" if speedup is None else f"{speedup:.2f}x", f"{correct} |"]))
+            significant(m(Metric.PCT_PEAK_TFLOPS), 3), "—" if speedup is None else f"{speedup:.2f}x", correct]))
     if ok:
         lines += ["", f"★ **Winner: {ok[0].config_label()}** at {significant(ok[0].latency_ms)} ms "
                       f"([its run]({run_link(experiment_id, ok[0].run_id)}), tagged `{WINNER}`)."]
@@ -74,9 +82,13 @@ def description(runs: Iterable[Any], experiment_id: str, parent_run_id: str, int
         lines += ["", INTERPRETED]
     for name in plots:
         lines += ["", f"![{name}](get-artifact?path={quote(name)}&run_uuid={parent_run_id})"]
-    lines += ["", f"[All of this sweep's runs, fastest first]({runs_by_latency(experiment_id, parent_run_id)}) · "
-                  "the summary as a file: `summary.md` among this run's artifacts."]
+    lines += ["", f"[All of this sweep's runs, fastest first]({runs_by_latency(experiment_id, parent_run_id)}) "
+                  f"({PICK_COLUMNS}) · the summary as a file: `summary.md` among this run's artifacts."]
     return "\n".join(lines)
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(f"{c}{PAD}" for c in cells) + " |"
 
 
 def tags(runs: Iterable[Any], experiment_id: str, parent_run_id: str, interpreted: bool,

@@ -93,9 +93,10 @@ def load_model(spec: str) -> tuple[Any, Optional[tuple[int, ...]]]:
         return model, None
     try:
         import torchvision
-    except ImportError:
-        raise ConfigError("model", spec, "package.module:factory (a torchvision name needs torchvision installed)") \
-            from None
+    except Exception as e:  # noqa: BLE001 - missing (ImportError), or built for another torch (RuntimeError)
+        why = "not installed" if isinstance(e, ImportError) else f"it does not import: {_said(e)}"
+        raise ConfigError("model", spec, f"package.module:factory; a torchvision name needs torchvision built for this "
+                                         f"torch ({why}; README: Install)") from None
     names = sorted(n for n in torchvision.models.list_models(module=torchvision.models))
     if spec not in names:
         near = [n for n in names if n.startswith(spec[:3])][:6]
