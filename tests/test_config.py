@@ -178,3 +178,41 @@ def test_an_unknown_key_without_plus_is_one_line_with_the_closest_key(capsys, ar
     assert len(err) == 1 and err[0] == line + "; see the configuration keys in docs/CONFIGURATION.md"
     exit_on_unknown_keys(["num_warps=4", "problem=tiny", "hydra.run.dir=x", "+experiment=seed_configs", "-m",
                           "hydra/launcher=gpus", "hydra/sweeper=search", "hydra.launcher.gpus=[0,1]"])
+
+
+@pytest.mark.parametrize("argv,root,line", [
+    # tune_model.py's own keys: Hydra printed 6 lines; now one, with the closest key
+    (["model=x", "batchh=3"], "tune_model", "error: batchh='3' is not allowed: not a convtune key (did you mean batch?)"
+                                           "; see the configuration keys in docs/CONFIGURATION.md"),
+    # the documented form, unquoted: a Hydra grammar error of 5 lines
+    (["sweep=[promote.rounds=7]"], "tune_model", "error: sweep='[promote.rounds=7]' is not allowed: a value Hydra's "
+     "override grammar reads (no viable alternative at input '[promote.rounds='); a value that holds '=' needs quotes, "
+     "as in 'sweep=[\"promote.rounds=7\"]'"),
+    (["-m", "num_warps=choice()"], "run", "error: num_warps='choice()' is not allowed: a value Hydra's override grammar "
+     "reads (ValueError while evaluating 'choice()': empty choice is not legal)"),
+])
+def test_an_override_hydra_cannot_read_or_use_is_one_line_in_every_entry_point(capsys, argv, root, line):
+    from convtune.config import TuneModelConfig
+    from convtune.setup import exit_on_unknown_keys
+
+    schema, groups = (TuneModelConfig, ("tracking",)) if root == "tune_model" else (None, ("problem", "kernel"))
+    with pytest.raises(SystemExit) as e:
+        exit_on_unknown_keys(argv, schema, groups)
+    assert e.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [line]
+    exit_on_unknown_keys(["model=resnet50", 'sweep=["promote.rounds=7"]', "batch=8"], TuneModelConfig, ("tracking",))
+
+
+def test_a_seed_torch_cannot_take_and_an_experiment_name_mlflow_cannot_keep_are_named_in_one_line():
+    """A huge seed failed every job as "Overflow when unpacking long long"; a name over 500 characters was blamed on
+    the store ("tracking.uri=... cannot be used: 'name' exceeds the maximum length")."""
+    from convtune.setup import check_values, experiment_name
+
+    with pytest.raises(ConfigError, match=r"^seed=99999999999999999999 is not allowed: an integer from 0 to "
+                                          r"2\*\*63 - 1$"):
+        check_values(cfg_with("seed=99999999999999999999"))
+    check_values(cfg_with(f"seed={2**63 - 1}"))
+    long = cfg_with("tracking.experiment=" + "x" * 490)
+    with pytest.raises(ConfigError, match=r"^tracking.experiment='x{40}\.\.\. \(504 characters\)' is not allowed: an "
+                                          r"experiment name of at most 500 characters"):
+        experiment_name(long, "p", "interpreter")
+    assert experiment_name(long, "p", "cuda") == "x" * 490  # 490 fits without " [interpreter]"
