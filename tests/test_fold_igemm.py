@@ -11,7 +11,7 @@ import convtune
 from convtune.library import functional
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import Meta, get_variant, pins
-from convtune.kernels import fold_igemm as fi
+from convtune.kernels.variants import fold_igemm as fi
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32
 

@@ -16,9 +16,9 @@ import convtune
 from convtune.library import functional
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
-from convtune.kernels import fused_gluon as fg
+from convtune.kernels.variants import fused_gluon as fg
 from convtune.kernels.common import geometry
-from convtune.kernels.fold_igemm import fold_weight
+from convtune.kernels.variants.fold_igemm import fold_weight
 from convtune.kernels.precision import round_to_tf32
 from tests import preloaded
 
@@ -219,7 +219,7 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "import triton\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from convtune.errors import UnsupportedProblem\n"
-        "from convtune.kernels import Meta, fused_gluon as fg\n"
+        "from convtune.kernels import Meta\nfrom convtune.kernels.variants import fused_gluon as fg\n"
         "from convtune.kernels.common import geometry\n"
         "import torch\n"
         "try:\n"

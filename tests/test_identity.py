@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from convtune import kernels
-from convtune.kernels import identity, implicit_gemm
+from convtune.kernels import identity
+from convtune.kernels.variants import implicit_gemm
 from convtune.record import Identity, RunView
 from tests.conftest import ROOT
 from tests import preloaded
@@ -28,7 +29,7 @@ def test_normalized_text_drops_comments_docstrings_and_layout_but_not_tokens():
 def _edited_copy(tmp_path, monkeypatch, edit):
     """implicit_gemm's module with `edit` applied to its text, imported under a name in the project's package (so
     its jit functions count as the project's)."""
-    text = (ROOT / "src/convtune/kernels/implicit_gemm.py").read_text()
+    text = (ROOT / "src/convtune/kernels/variants/implicit_gemm.py").read_text()
     text = edit(text[:text.rindex("\nregister(KernelVariant(")])  # the copy must not declare a second implicit_gemm
     path = tmp_path / "edited_igemm.py"
     path.write_text(text)
@@ -71,12 +72,13 @@ def test_a_jit_closure_follows_the_projects_jit_calls_and_not_tritons_library():
 def test_runs_under_a_kernels_previous_hash_are_its_runs(name):
     """Resume and promote still find the runs measured before the identity changed (the same jit code)."""
     v = kernels.VARIANTS[name]
-    assert v.previous_hashes and v.source_hash not in v.previous_hashes and len(v.source_hash) == 12
+    assert v.source_hash not in v.previous_hashes and len(v.source_hash) == 12
     ident = Identity("NVIDIA H200", name, v.source_hash, "n1-c3-h8-w8-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32",
                      "tf32", v.previous_hashes)
     run = lambda h: RunView({"tags": {"kernel_source_hash": h}, "params": {}, "metrics": {}})  # noqa: E731
-    assert not ident.is_stale(run(v.source_hash)) and not ident.is_stale(run(v.previous_hashes[0]))
-    assert ident.is_stale(run("0ld50urceh45"))
+    assert not ident.is_stale(run(v.source_hash))
+    assert not any(ident.is_stale(run(h)) for h in v.previous_hashes)  # a new variant has none
+    assert ident.is_stale(run("5ome0therha5"))
     filters = ident.same_measurement_filters({"BLOCK_M": 64})
     assert len(filters) == 2 and all("params.`BLOCK_M` = '64'" in f for f in filters)
     assert {f.split("kernel_source_hash = '")[1][:12] for f in filters} == {v.source_hash, *v.previous_hashes}

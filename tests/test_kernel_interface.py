@@ -63,10 +63,20 @@ def run(plan, x, weight, bias, out):
     return _toy_kernel[plan["grid"]](x, weight, out, **plan["cx"], LLVM_OPT="none", num_warps=1), "none"
 
 
+def draw_case(rng, small):
+    """A case in its family: stride 1, no padding, no dilation, no bias."""
+    return dict(n=rng.randint(1, 2), c=rng.randint(1, 3), h=rng.randint(3, 6), w=rng.randint(3, 6),
+                k=rng.randint(1, 4), kh=rng.randint(1, 3), kw=rng.randint(1, 3), stride=(1, 1), padding=(0, 0),
+                dilation=(1, 1), bias=False, offset=0, init="randn", meta=None, seed=rng.randrange(2**31))
+
+
 HOST = Host(without_input(make_plan), lambda x, plan: x.contiguous(), run)
-register(KernelVariant("toy_direct", HOST.launch, lambda *a, **k: Meta(16, 16, 16, 1, 1), kernel_identity(1, [_toy_kernel]),
-                       "even", HOST.prepared, "ieee, stride 1, no padding", ("ieee",), library=HOST, space=SPACE,
-                       entry_points=("_toy_kernel",)))
+register(KernelVariant(
+    name="toy_direct", launch=HOST.launch, prepared=HOST.prepared, library=HOST,
+    default_meta=lambda *a, **k: Meta(16, 16, 16, 1, 1), source_hash=kernel_identity(1, [_toy_kernel]),
+    previous_hashes=("0ld50urceh45",), tf32_ties="even", entry_points=("_toy_kernel",),
+    restricted_to="ieee, stride 1, no padding, no dilation, no bias", draw_case=draw_case, precisions=("ieee",),
+    space=SPACE))
 '''
 
 
@@ -114,7 +124,7 @@ def test_a_new_variant_is_one_module_and_its_yaml(tmp_path):
     shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "conf", copy / "conf")
     shutil.copy(ROOT / "run.py", copy / "run.py")
-    (copy / "src/convtune/kernels/toy_direct.py").write_text(TOY, encoding="utf-8")
+    (copy / "src/convtune/kernels/variants/toy_direct.py").write_text(TOY, encoding="utf-8")
     (copy / "conf/kernel/toy_direct.yaml").write_text("name: toy_direct\n", encoding="utf-8")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(copy / "src"), "HYDRA_FULL_ERROR": "0"}
 
@@ -142,3 +152,42 @@ def test_a_new_variant_is_one_module_and_its_yaml(tmp_path):
     runs = mlflow.MlflowClient(store).search_runs(
         [e.experiment_id for e in mlflow.MlflowClient(store).search_experiments()])
     assert [(r.data.tags.get("kernel"), r.info.status) for r in runs] == [("toy_direct", "FINISHED")]
+
+
+def test_a_variant_is_checked_as_it_is_declared():
+    """Everything code and tests look up about a variant is declared with keywords and checked when it is made: a
+    restricted variant without its case draw was accepted silently, and verify then drew general cases for it."""
+    from convtune.kernels.base import KernelVariant
+
+    ig = get_variant("implicit_gemm")
+    good = dict(name="toy", launch=ig.launch, prepared=ig.prepared, library=ig.library, default_meta=ig.default_meta,
+                source_hash="0" * 12, tf32_ties="away", entry_points=("_k",))
+    KernelVariant(**good)  # the minimum a variant declares
+    for change, words in (
+            (dict(restricted_to="stride 1"), "draw_case is required: it is restricted to stride 1"),
+            (dict(dtypes=("float64",)), "dtypes must be taken from ['float32', 'bfloat16', 'float16'], not ['float64']"),
+            (dict(dtypes=()), "dtypes must be taken from"),
+            (dict(epilogues=("bias", "tanh")), "epilogues must be taken from ['bias', 'bn', "),
+            (dict(precisions=("fp8",)), "precisions must be taken from ['tf32', 'tf32_trunc', 'tf32x3', 'ieee']"),
+            (dict(name="Toy-1"), "name must be lowercase letters, digits and '_'"),
+            (dict(tf32_ties="up"), "tf32_ties must be one of ['away', 'even']"),
+            (dict(entry_points=()), "entry_points must name the jit kernels it launches"),
+            (dict(library=None, prepared=None, serves=lambda layout, c: True), "serves needs `library`"),
+            (dict(prepared=None), "launch and prepared must be its library Host's"),
+            (dict(rank=True), "rank must be an integer"),
+            (dict(compute_capability=9), "compute_capability must be (major, minor)")):
+        with pytest.raises(ValueError) as e:
+            KernelVariant(**{**good, **change})
+        assert str(e.value).startswith(f"kernel variant '{change.get('name', 'toy')}': {words}"), str(e.value)
+    with pytest.raises(TypeError):
+        KernelVariant("toy", ig.launch)  # keywords only: a declaration says what each value is
+
+
+def test_the_librarys_default_is_the_highest_ranked_variant_that_serves_the_call():
+    from convtune.kernels import VARIANTS, library_variant
+
+    for layout in ("nchw", "channels_last"):
+        for channels in (1, 3, 4, 15, 16, 18, 20, 64, 96):
+            serving = [v for v in VARIANTS.values() if v.serves is not None and v.serves(layout, channels)]
+            assert serving and library_variant(layout, channels) == max(serving, key=lambda v: v.rank).name
+            assert get_variant(library_variant(layout, channels)).library is not None

@@ -74,7 +74,7 @@ def test_launcher_rejects_what_it_does_not_support(make, match, name):
 
 
 def test_nhwc_weight_packs_aligned_for_tma():
-    from convtune.kernels.nhwc_igemm import pack_weight, tma_fits
+    from convtune.kernels.variants.nhwc_igemm import pack_weight, tma_fits
 
     storage = torch.randn(1 + 9 * 8 * 3 * 2)
     w = storage[1:].view(9, 3, 2, 8).permute(0, 3, 1, 2)  # channels_last, 4 bytes past a 16-byte boundary
@@ -85,7 +85,7 @@ def test_nhwc_weight_packs_aligned_for_tma():
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 @pytest.mark.parametrize("cin", [6, 8])  # 8: nhwc_igemm's weight tiles come through a TMA descriptor (tma_fits)
-@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm"])
+@pytest.mark.parametrize("name", [n for n in GENERAL if VARIANTS[n].library is not None])
 def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, precision, cin):
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(2, cin, 7, 8, generator=g), torch.randn(9, cin, 3, 2, generator=g), torch.randn(9, generator=g)
@@ -108,7 +108,7 @@ def test_reads_any_input_layout_and_writes_the_output_layout_asked_for(name, pre
         kernel.launch(x, w, b, 1, (1, 0), 1, Meta(16, 16, 16, 4, 2), precision, out=torch.empty(2, 9, 8, 7).transpose(2, 3))
 
 
-@pytest.mark.parametrize("name", ["implicit_gemm", "nhwc_igemm", "nhwc_preround", "fold_igemm"])
+@pytest.mark.parametrize("name", [n for n in GENERAL if VARIANTS[n].library is not None])
 def test_the_prepared_call_checks_once_and_launches_what_launch_does(name):
     """KernelVariant.prepared (the contest's timed call): the plan made once, then each call the layout copy and the
     launch, writing the given output with launch's bits, again on the second call; what launch refuses, it refuses."""
@@ -211,7 +211,7 @@ def test_in_kernel_rounding_equals_the_host_rounding(jitted, host):
 @pytest.mark.parametrize("kw,pad_w,vec", [(11, 2, 4), (7, 3, 2), (5, 0, 4), (3, 1, 1), (1, 0, 4), (4, 5, 2)])
 @pytest.mark.parametrize("round_tf32", [True, False])
 def test_the_one_launch_weight_pack_equals_pack_weight_bitwise(kw, pad_w, vec, round_tf32):
-    from convtune.kernels import implicit_gemm as ig
+    from convtune.kernels.variants import implicit_gemm as ig
     from convtune.kernels import weight_pack
 
     w = torch.randn(5, 3, 2, kw, generator=torch.Generator().manual_seed(kw * 10 + pad_w))
@@ -315,7 +315,8 @@ def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypa
 def test_there_is_no_bound_launch_without_a_compiled_kernel():
     """kernels.common.bound_runner: under the interpreter a launch returns no compiled kernel, and the launchers
     keep going through the JIT function (their bound launches are checked on the GPU: tests/gpu_scripts/bound_nhwc.py)."""
-    from convtune.kernels import layout, nhwc_igemm
+    from convtune.kernels import layout
+    from convtune.kernels.variants import nhwc_igemm
     from convtune.kernels.common import bound_runner
 
     assert bound_runner(None, (4,), nhwc_igemm._conv2d_nhwc_kernel, 5, {}) is None

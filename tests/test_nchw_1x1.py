@@ -17,7 +17,7 @@ import convtune
 from convtune.library import functional
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
-from convtune.kernels import nchw_1x1 as pw
+from convtune.kernels.variants import nchw_1x1 as pw
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 from tests import preloaded
@@ -127,7 +127,7 @@ import json, sys
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from convtune.kernels import nchw_1x1 as pw
+from convtune.kernels.variants import nchw_1x1 as pw
 from convtune.kernels.common import geometry
 found = []
 for x_shape, x_type in (((64, 256, 56, 56), "tensordesc<fp32[1, 32, 64]>"), ((2, 64, 7, 7), "*fp32")):

@@ -18,7 +18,7 @@ import convtune
 from convtune.library import functional
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
-from convtune.kernels import nchw_igemm as ni
+from convtune.kernels.variants import nchw_igemm as ni
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 from tests import preloaded
@@ -119,7 +119,7 @@ import json
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from convtune.kernels import nchw_igemm as ni
+from convtune.kernels.variants import nchw_igemm as ni
 from convtune.kernels.common import geometry
 found = []
 for c, w_type in ((256, "tensordesc<fp32[256, 32]>"), (6, "*fp32")):

@@ -1,4 +1,4 @@
-"""nhwc_split_n (kernels/nhwc_split_n.py): how the output channels are split between the two launches, the kernel's
+"""nhwc_split_n (kernels/variants/nhwc_split_n.py): how the output channels are split between the two launches, the kernel's
 sums in the interpreter (both launches, one after the other), its one-time check judging each launch by its own
 channels, and the library running it where a pin names it. The second stream is GPU-only: tests/gpu_scripts/nhwc_split_n.py
 (test_gpu.py)."""
@@ -12,8 +12,9 @@ import torch.nn.functional as F
 import convtune
 from convtune import kernels
 from convtune.library import functional
-from convtune.kernels import Meta, nhwc_igemm, pins
-from convtune.kernels import nhwc_split_n as sn
+from convtune.kernels import Meta, pins
+from convtune.kernels.variants import nhwc_igemm
+from convtune.kernels.variants import nhwc_split_n as sn
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 

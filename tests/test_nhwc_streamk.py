@@ -1,4 +1,4 @@
-"""nhwc_streamk (kernels/nhwc_streamk.py): the split schedule covers each split tile's K steps once, in parts of at least
+"""nhwc_streamk (kernels/variants/nhwc_streamk.py): the split schedule covers each split tile's K steps once, in parts of at least
 num_stages steps; the kernel's sums in the interpreter, split and not; its one-time check runs both paths on every
 tile; the library runs it where a pin names it; and every convolution kernel is one llvm_opt checks. The GPU check is
 tests/gpu_scripts/nhwc_streamk.py (test_gpu.py)."""
@@ -15,8 +15,9 @@ import triton
 import convtune
 from convtune import kernels
 from convtune.library import functional
-from convtune.kernels import Meta, llvm_opt, nhwc_igemm, pins
-from convtune.kernels import nhwc_streamk as sk
+from convtune.kernels import Meta, llvm_opt, pins
+from convtune.kernels.variants import nhwc_igemm
+from convtune.kernels.variants import nhwc_streamk as sk
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 
@@ -159,8 +160,10 @@ def test_every_convolution_kernel_is_checked_by_llvm_opt():
     """llvm_opt recompiles a wrong binary at O0 only for the kernels it names: nhwc_streamk's first GPU run refused 4
     of 240 binaries that O0 computed right, because it was not named there."""
     names = set()
-    for info in pkgutil.iter_modules(kernels.__path__):
-        module = importlib.import_module(f"convtune.kernels.{info.name}")
+    from convtune.kernels import variants
+
+    for info in pkgutil.iter_modules(variants.__path__):
+        module = importlib.import_module(f"convtune.kernels.variants.{info.name}")
         names |= {name for name, obj in vars(module).items()
                   if name.startswith("_conv2d") and isinstance(obj, triton.runtime.jit.KernelInterface)}
     ours = llvm_opt._our_entry_points()

@@ -15,8 +15,8 @@ from convtune.errors import ConfigError
 from convtune import kernels
 from convtune.library import functional
 from convtune.kernels import Meta, pins
-from convtune.kernels import implicit_gemm as ig
-from convtune.kernels import nhwc_igemm as nhwc
+from convtune.kernels.variants import implicit_gemm as ig
+from convtune.kernels.variants import nhwc_igemm as nhwc
 from convtune.measure.occupancy import HOPPER, occupancy, warps_to_try
 
 def tf32_conv(x, w, b, stride, padding, ties="away"):

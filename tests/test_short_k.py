@@ -10,7 +10,8 @@ import torch.nn.functional as F
 import triton
 import yaml
 
-from convtune.kernels import Meta, nhwc_igemm
+from convtune.kernels import Meta
+from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.common import geometry, safe_stages
 from convtune.kernels.pins import default_path
 

@@ -63,15 +63,16 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
     status = verify_main(["--device", "interpreter", "--shapes", "2", "--seed", "7"])  # the command's main, here
     out, err = capsys.readouterr()
     assert status == 0, out + err
-    # 7 variants × 4 precisions, and nchw_1x1 and nchw_igemm at tf32 only (fused_gluon: Hopper only)
-    assert "verify: 60 cases (2 per variant × precision, seed 7) on interpreter" in out
-    assert "| implicit_gemm | tf32 | 2 |" in out and "| nhwc_igemm | tf32 | 2 |" in out
-    assert "| nhwc_preround | tf32 | 2 |" in out and "| fold_igemm | tf32 | 2 |" in out
-    assert "| nhwc_streamk | tf32 | 2 |" in out and "| nhwc_streamk | ieee | 2 |" in out
-    assert "| nhwc_split_n | tf32 | 2 |" in out and "| nhwc_split_n | ieee | 2 |" in out
-    assert "| nchw_1x1 | tf32 | 2 |" in out and "| nchw_1x1 | ieee |" not in out
-    assert "| nchw_igemm | tf32 | 2 |" in out and "| nchw_igemm | ieee |" not in out
-    assert out.strip().endswith("0 failure(s) in 60 cases")
+    # every variant the interpreter runs, at each precision it declares (the registry's: fused_gluon is Hopper-only)
+    from convtune.kernels import VARIANTS
+    from convtune.kernels.precision import PRECISIONS
+
+    pairs = [(n, p) for n, v in sorted(VARIANTS.items()) if v.interpreted for p in PRECISIONS if v.runs_precision(p)]
+    assert f"verify: {2 * len(pairs)} cases (2 per variant × precision, seed 7) on interpreter" in out
+    for n, v in VARIANTS.items():
+        for p in PRECISIONS:
+            assert (f"| {n} | {p} | 2 |" in out) == ((n, p) in pairs), (n, p)
+    assert out.strip().endswith(f"0 failure(s) in {2 * len(pairs)} cases")
 
 
 def test_verify_refuses_an_unknown_precision_in_one_line(capsys):

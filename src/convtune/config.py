@@ -72,7 +72,7 @@ class ProblemConfig:
 
 @dataclass
 class KernelConfig:
-    name: str = "implicit_gemm"
+    name: str = MISSING  # a variant's name, or `library` (conf/kernel/: config.yaml's defaults choose one)
 
 
 @dataclass

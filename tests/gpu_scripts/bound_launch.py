@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("CONVTUNE_UNPINNED", "kernel")  # the kernels' paths through the library are the subject
 import convtune
-from convtune.kernels import implicit_gemm as ig
+from convtune.kernels.variants import implicit_gemm as ig
 
 torch.backends.cudnn.allow_tf32 = False  # ieee: our kernel and cuDNN agree to 1e-4
 random.seed(1)

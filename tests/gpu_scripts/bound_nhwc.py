@@ -9,7 +9,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import get_variant, layout, nhwc_igemm
+from convtune.kernels import get_variant, layout
+from convtune.kernels.variants import nhwc_igemm
 
 random.seed(21)
 TOL = {"tf32": 5e-3, "ieee": 1e-5}

@@ -11,7 +11,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import fold_igemm, get_variant
+from convtune.kernels import get_variant
+from convtune.kernels.variants import fold_igemm
 from convtune.kernels.precision import round_to_tf32
 
 random.seed(14)

@@ -13,7 +13,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, fused_gluon, get_variant
+from convtune.kernels import Meta, get_variant
+from convtune.kernels.variants import fused_gluon
 from convtune.kernels.precision import round_to_tf32
 
 if torch.cuda.get_device_capability() != (9, 0):

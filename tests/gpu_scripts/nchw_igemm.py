@@ -15,7 +15,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, get_variant, nchw_igemm
+from convtune.kernels import Meta, get_variant
+from convtune.kernels.variants import nchw_igemm
 from convtune.kernels.precision import round_to_tf32_even
 
 random.seed(20)

@@ -9,7 +9,8 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, nhwc_igemm
+from convtune.kernels import Meta
+from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.common import safe_stages
 
 METAS = [Meta(128, 256, 32, 8, 3), Meta(128, 256, 32, 8, 4), Meta(64, 256, 32, 4, 3), Meta(64, 256, 32, 4, 4),

@@ -1,4 +1,4 @@
-"""GPU check of nhwc_split_n (kernels/nhwc_split_n.py): random convolutions (1x1 to 5x5, 16 to 384 channels in, 16 to
+"""GPU check of nhwc_split_n (kernels/variants/nhwc_split_n.py): random convolutions (1x1 to 5x5, 16 to 384 channels in, 16 to
 448 out, so that most leave channels over a tile's width; some strided or dilated; either layout in and out; tf32 and
 ieee) at tiles of 64 to 256 channels, LAUNCHES launches each; then alexnet_conv4 and conv3 at M128-N256-w8-s4, 12
 launches each, also under a CUDA graph and on a stream other than the default. A case is right when every launch is
@@ -17,7 +17,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, nhwc_igemm, nhwc_split_n as sn
+from convtune.kernels import Meta
+from convtune.kernels.variants import nhwc_igemm, nhwc_split_n as sn
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 

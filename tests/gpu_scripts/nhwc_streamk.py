@@ -1,4 +1,4 @@
-"""GPU check of nhwc_streamk (kernels/nhwc_streamk.py): random convolutions (1x1 to 5x5, 16 to 384 channels, some
+"""GPU check of nhwc_streamk (kernels/variants/nhwc_streamk.py): random convolutions (1x1 to 5x5, 16 to 384 channels, some
 strided or dilated, either layout in and out, tf32 and ieee) at tiles of one and of two programs an SM, the split's
 workers as the GPU says or forced (2 to 400), LAUNCHES launches each; then alexnet_conv5 and conv2 at their pinned
 tiles, 12 launches each. A case is right when every launch is within RTOL of float64 on the kernel's own operands
@@ -16,7 +16,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, nhwc_igemm, nhwc_streamk as sk
+from convtune.kernels import Meta
+from convtune.kernels.variants import nhwc_igemm, nhwc_streamk as sk
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
 

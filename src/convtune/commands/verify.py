@@ -85,17 +85,26 @@ def _out(size: int, k: int, s: int, p: int, d: int) -> int:
 
 
 def draw_case(rng: random.Random, index: int, variant: str, precision: str, small: bool) -> Case:
-    """One random case; `small` keeps it cheap enough for the interpreter."""
+    """One random case of `variant`: its own draw where it declares one (a restricted variant), else the general
+    draw for what it reads (any layout, dilation); `small` keeps it cheap enough for the interpreter."""
     from convtune.kernels import get_variant
-    from convtune.kernels.common import log_uniform_int
 
     declared = get_variant(variant)
     if declared.draw_case is not None:
         return Case(index, variant, precision, **declared.draw_case(rng, small))
+    return general_case(rng, index, variant, precision, small, declared.any_layout, declared.dilation_one)
+
+
+def general_case(rng: random.Random, index: int, variant: str, precision: str, small: bool, any_layout: bool = True,
+                 dilation_one: bool = False) -> Case:
+    """Any convolution the common checks allow (kernel 1-11, stride 1-5, padding wider than the kernel, dilation 1-3
+    unless `dilation_one`, either layout where `any_layout`), with a random configuration or the default."""
+    from convtune.kernels.common import log_uniform_int
+
     while True:
         kh, kw = (rng.randint(1, 5), rng.randint(1, 5)) if small else (rng.choice([1, 2, 3, 3, 4, 5, 7, 11]), rng.choice([1, 2, 3, 3, 4, 5, 7, 11]))
         dh, dw = (rng.choice([1, 1, 1, 2, 3]) for _ in range(2))
-        if declared.dilation_one:  # drawn all the same, so that the other variants' cases stay what they were
+        if dilation_one:  # drawn all the same, so that the other variants' cases stay what they were
             dh, dw = 1, 1
         sh, sw = rng.randint(1, 3 if small else 5), rng.randint(1, 3 if small else 5)
         ph, pw = rng.randint(0, dh * (kh - 1) + 2), rng.randint(0, dw * (kw - 1) + 2)  # up to wider than the kernel
@@ -113,7 +122,7 @@ def draw_case(rng: random.Random, index: int, variant: str, precision: str, smal
     meta = None if rng.random() < 0.3 else _draw_meta(rng, small)
     case = Case(index, variant, precision, n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), rng.random() < 0.7,
                 rng.choice([0, 0, 1, 2, 3]), rng.choice(["rand", "randn"]), meta, rng.randrange(2**31))
-    if declared.any_layout:  # drawn last: the other fields are what they were before layouts were drawn
+    if any_layout:  # drawn last: the other fields are what they were before layouts were drawn
         case.layout = rng.choice(["nchw", "channels_last"])
     return case
 
@@ -358,10 +367,10 @@ def _report_files(paths: list[str], strict_torch: bool) -> int:
 
 
 def draw_first_use(rng: random.Random, index: int) -> Case:
-    """A library call for --first-use: half any convolution (as implicit_gemm's cases), half a CNN-like 3x3 or 1x1
+    """A library call for --first-use: half any convolution (the general draw), half a CNN-like 3x3 or 1x1
     layer at a realistic size (where a kernel can beat torch, so that the kept-kernel path runs too); either layout."""
     if rng.random() < 0.5:
-        case = draw_case(rng, index, "implicit_gemm", "tf32", small=False)
+        case = general_case(rng, index, "library", "tf32", small=False)
     else:
         kh = rng.choice([1, 3])
         c, k, hw = rng.choice([32, 64, 128, 256]), rng.choice([64, 128, 256]), rng.choice([14, 28, 56])

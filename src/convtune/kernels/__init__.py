@@ -21,11 +21,13 @@ from convtune.kernels.common import Launched, Meta, validate_meta, validate_prec
 
 llvm_opt.install()  # our kernels compile at llvm_opt's level (a workaround for an LLVM miscompile)
 
-# Every module of this package declares its variants as it is imported (kernels.base.register); `*_kernel.py` holds
-# jit code a variant imports on its first launch (a Gluon kernel), and is left alone here.
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+# Every module of kernels/variants/ declares its variants as it is imported (kernels.base.register); `*_kernel.py`
+# holds jit code a variant imports on its first launch (a Gluon kernel), and is left alone here.
+from convtune.kernels import variants as _variants  # noqa: E402
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(_variants.__path__)):
     if not _module.endswith("_kernel"):
-        importlib.import_module(f"{__name__}.{_module}")
+        importlib.import_module(f"{_variants.__name__}.{_module}")
 
 VARIANTS: dict[str, KernelVariant] = dict(sorted(REGISTRY.items()))
 # The variants that take any convolution and run under the interpreter: what a check over random shapes can run
@@ -137,24 +139,17 @@ def _default(variant: KernelVariant, problem: Any, precision: str) -> Meta:
     return variant.default_meta(problem.out_channels, problem.stride[1], problem.width, precision)
 
 
-# The library's choice (convtune.conv2d; the tracker's `kernel=library`): implicit_gemm for an NCHW call,
-# nhwc_igemm for a channels_last one whose input has enough channels. nhwc_igemm's K steps are BLOCK_K (16-64)
-# channels of one tap: with fewer channels most of each step is masked (L1 #50's 3 channels: 7.37 ms channels_last
-# against 0.52 ms through implicit_gemm on the H200, docs/evidence/h200_issue13_vs_cudnn_spin.txt at ba42e38), and its
-# 16-byte loads and TMA need C_in % 4 == 0.
-LIBRARY = "library"
-NHWC_MIN_CHANNELS = 16
+LIBRARY = "library"  # `kernel=library`: the variant the library runs for the problem
 
 
 def library_variant(layout: str, in_channels: int) -> str:
     """The kernel variant the library runs, where no pin has decided otherwise, for a call in `layout` ("nchw" or
-    "channels_last", the output's) whose input has `in_channels` channels; its pins decide the call
-    (library_choice). An NCHW call stays on implicit_gemm by default although nhwc_igemm on a channels_last copy
-    ran the suite's stride-1 layers 2-3x faster on the H200: it ran resnet50_layer1_1x1 5x slower (0.424 against
-    0.085 ms; docs/PERFORMANCE.md, commit 24ed9a4), so that choice is left to a contest per shape."""
-    if layout == "channels_last" and in_channels >= NHWC_MIN_CHANNELS and in_channels % 4 == 0:
-        return "nhwc_igemm"
-    return "implicit_gemm"
+    "channels_last", the output's) whose input has `in_channels` channels: of the variants that serve it
+    (KernelVariant.serves), the one of highest rank; its pins section holds the call's pins (library_choice)."""
+    serving = [v for v in VARIANTS.values() if v.serves is not None and v.serves(layout, in_channels)]
+    if not serving:
+        raise ConfigError("layout", layout, "a call some kernel variant serves (none declares `serves` for it)")
+    return max(serving, key=lambda v: (v.rank, v.name)).name
 
 
 def get_variant(name: str) -> KernelVariant:

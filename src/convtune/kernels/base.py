@@ -8,6 +8,7 @@ contest, the tests) reads `REGISTRY` instead of a list of its own. Imports torch
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -74,39 +75,57 @@ class Space:
         return tuple(values[j] for j in (i - 1, i + 1) if 0 <= j < len(values))
 
 
-@dataclass(frozen=True)
-class KernelVariant:
-    """One kernel algorithm: how to launch it, its default configuration, its identity, and what it runs on."""
+DTYPES = ("float32", "bfloat16", "float16")  # what a variant may take (KernelVariant.dtypes)
+# what a variant may fuse after the convolution, applied in registers before the store (KernelVariant.epilogues)
+EPILOGUES = ("bias", "bn", "relu", "relu6", "silu", "gelu", "hardswish", "leaky_relu", "add")
+TF32_TIE_RULES = ("away", "even")  # how `tf32` breaks rounding ties (kernels/precision.py)
 
-    name: str
-    launch: Callable[..., Launched]
+
+@dataclass(frozen=True, kw_only=True)
+class KernelVariant:
+    """One kernel algorithm, declared once in its own module with keywords, checked as it is made (a ValueError in
+    one line naming the variant and the field): everything code or tests look up about a variant is here."""
+
+    name: str  # lowercase letters, digits and "_"
+    launch: Callable[..., Launched]  # checks, plans, allocates and launches: what the tracker times
     default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
     source_hash: str  # its identity (kernels/identity.py): its jit code, compile options and version
-    tf32_ties: str  # how `tf32` breaks rounding ties ("away" or "even": kernels/precision.py)
-    # launch's arguments → a call that launches with everything checked and planned once, as the library's call
-    # does after a signature's first (convtune.library.functional); None where the library does not run the variant
+    tf32_ties: str  # how `tf32` breaks rounding ties: "away" or "even" (kernels/precision.py)
+    # the jit entry points it launches: what llvm_opt's one-time check covers
+    entry_points: tuple[str, ...]
+    # launch's arguments → a call that launches with everything checked and planned once, as the library's call does
+    # after a signature's first (convtune.library.functional); None where the library does not run the variant
     prepared: Optional[Callable[..., Callable[[], Any]]] = None
-    # None: runs on any device (the Triton interpreter too) and any convolution the common checks allow; else what the
-    # variant is restricted to, in words (its launch refuses the rest with UnsupportedProblem)
-    restricted_to: Optional[str] = None
-    # the precisions it runs (None: every one, precision.PRECISIONS), and the CUDA compute capability it needs on a GPU
-    # (None: any GPU); whether the interpreter runs it is `interpreted`
-    precisions: Optional[tuple[str, ...]] = None
-    compute_capability: Optional[tuple[int, int]] = None
-    # what runs of this same kernel recorded as its source hash before its identity became its jit code (issue 43):
-    # resume and promote take those runs as this kernel's
-    previous_hashes: tuple[str, ...] = ()
     # how the library runs it (kernels/host.py; None: a pin may not name it, only its own runs measure it)
     library: Optional[Host] = None
+    # which calls it takes by default where no pin decides: (call layout "nchw" or "channels_last", input channels) →
+    # bool; among the variants that take a call, the highest `rank` is the library's default (None: only a pin or a
+    # contest runs it)
+    serves: Optional[Callable[[str, int], bool]] = None
+    rank: int = 0
+    # the bound launch of a signature whose plan allows one: (plan, x, weight, bias) → a call (x, weight, bias) →
+    # output that skips Triton's per-call dispatch, or None (functional.Bound keeps it for a layer)
+    bind: Optional[Callable[..., Optional[Callable[..., Any]]]] = None
+    # None: runs any convolution the common checks allow; else what it is restricted to, in words (its launch refuses
+    # the rest with UnsupportedProblem), and then `draw_case` is required
+    restricted_to: Optional[str] = None
+    # verify's case draw for a restricted variant: (rng, small) → a case's fields in its family (shape, stride,
+    # padding, ...: commands/verify.Case); None: the general draw
+    draw_case: Optional[Callable[..., dict]] = None
+    # the precisions it runs (None: every one, precision.PRECISIONS), the dtypes it takes, the epilogues it fuses
+    precisions: Optional[tuple[str, ...]] = None
+    dtypes: tuple[str, ...] = ("float32",)
+    epilogues: tuple[str, ...] = ("bias",)
+    # the CUDA compute capability it needs on a GPU (None: any GPU); whether the interpreter runs it is `interpreted`
+    compute_capability: Optional[tuple[int, int]] = None
+    interpreted: bool = True  # whether the Triton interpreter runs it (tests on CPU): Gluon kernels it cannot
+    # what runs of this same kernel recorded as its source hash under earlier identities: resume and promote take
+    # those runs as this kernel's
+    previous_hashes: tuple[str, ...] = ()
     # reads an input in any memory layout (the layout copy, where it needs one, inside its call), and takes dilation
     # other than 1: what verify draws for it
     any_layout: bool = True
     dilation_one: bool = False
-    # verify's case draw for a variant restricted to a family of shapes: (rng, index, variant, precision, small) →
-    # a case; None: the general draw
-    draw_case: Optional[Callable[..., Any]] = None
-    # the names of its jit entry points (the kernels it launches): what llvm_opt's one-time check covers
-    entry_points: tuple[str, ...] = ()
     # KernelBench's one-file export at a pinned configuration: (problem, meta dict, precision, provenance) → the
     # file's text (kernels/export_format.py); None: not exportable
     export: Optional[Callable[[Any, dict, str, str], str]] = None
@@ -114,8 +133,36 @@ class KernelVariant:
     refuses: Optional[Callable[[Any, Meta, str], Optional[str]]] = None
     # the launch parameters it restricts, with their own names (None: what kernels.common.validate_meta allows)
     space: Optional[Space] = None
-    # whether the Triton interpreter runs it (tests on CPU): Gluon kernels it cannot
-    interpreted: bool = True
+
+    def __post_init__(self) -> None:
+        from convtune.kernels.precision import PRECISIONS
+
+        def refuse(field: str, why: str) -> None:
+            raise ValueError(f"kernel variant {self.name!r}: {field} {why}")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(self.name)):
+            refuse("name", "must be lowercase letters, digits and '_', starting with a letter")
+        if self.tf32_ties not in TF32_TIE_RULES:
+            refuse("tf32_ties", f"must be one of {list(TF32_TIE_RULES)}, not {self.tf32_ties!r}")
+        if not self.entry_points:
+            refuse("entry_points", "must name the jit kernels it launches (llvm_opt's one-time check covers them)")
+        for field, values, allowed in (("precisions", self.precisions or (), PRECISIONS), ("dtypes", self.dtypes, DTYPES),
+                                       ("epilogues", self.epilogues, EPILOGUES)):
+            unknown = [v for v in values if v not in allowed]
+            if unknown or (field == "dtypes" and not values):
+                refuse(field, f"must be taken from {list(allowed)}" + (f", not {unknown}" if unknown else ""))
+        if self.restricted_to is not None and self.draw_case is None:
+            refuse("draw_case", f"is required: it is restricted to {self.restricted_to}, and verify draws its cases "
+                                "from that family")
+        if self.library is not None and (self.launch != self.library.launch or self.prepared != self.library.prepared):
+            refuse("launch and prepared", "must be its library Host's (library.launch, library.prepared)")
+        for field in ("serves", "bind"):
+            if getattr(self, field) is not None and self.library is None:
+                refuse(field, "needs `library`: only a variant the library runs can serve a call or bind one")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int):
+            refuse("rank", f"must be an integer, not {self.rank!r}")
+        if self.compute_capability is not None and not (
+                isinstance(self.compute_capability, tuple) and len(self.compute_capability) == 2):
+            refuse("compute_capability", f"must be (major, minor), not {self.compute_capability!r}")
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions

@@ -76,13 +76,14 @@ def _is_jit(obj: Any) -> bool:
 
 def jit_closure(roots: Iterable[Any]) -> list[Any]:
     """The jit functions `roots` are and every jit function their source names, transitively (looked up in each
-    function's module globals, as Triton resolves them), in a stable order."""
+    function's module globals, as Triton resolves them), in a stable order: by module name (its last part) and
+    qualified name, so that where a module sits in the package (kernels/ or kernels/variants/) changes no identity."""
     found: dict[str, Any] = {}
     todo = [r for r in roots if _is_jit(r)]
     while todo:
         fn = todo.pop()
         py = fn.fn
-        key = f"{py.__module__}.{py.__qualname__}"
+        key = f"{py.__module__.rsplit('.', 1)[-1]}.{py.__qualname__}"
         if key in found:
             continue
         found[key] = fn

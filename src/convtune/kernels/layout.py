@@ -27,7 +27,7 @@ from convtune.kernels.precision import round_tf32_even, round_to_tf32_even
 # suite's stride-1 inputs at 2.6-3.8 TB/s, 2.1-3.2x torch's speed, within 6 % of each input's best tile but
 # resnet50_layer2_3x3's (13 %). With 3 channels (L1 #50's input) every tile lost to torch's copy (0.223 ms
 # at the best tile against 0.125 ms: a 3-channel tile is mostly masked), so fewer than MIN_CHANNELS go to
-# torch's; 16 matches nhwc_igemm's own threshold (kernels.NHWC_MIN_CHANNELS) and was not probed between 3 and 96.
+# torch's; 16 matches nhwc_igemm's own threshold (its MIN_CHANNELS) and was not probed between 3 and 96.
 BLOCK_C, BLOCK_P, NUM_WARPS = 64, 64, 4
 MIN_CHANNELS = 16
 

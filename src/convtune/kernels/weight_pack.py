@@ -1,5 +1,7 @@
-"""The packed weight (implicit_gemm.pack_weight: kernel rows widened to their aligned window, TF32-rounded)
-made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
+"""Packed weights that variants share: implicit_gemm's (kernel rows widened to their aligned window, TF32-rounded)
+made in one launch, and the folded weight of the space-to-depth kernels (fold_igemm, fused_gluon: fold_weight).
+
+implicit_gemm's packed weight is made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
 while the GPU waits: the four torch operations of pack_weight took 331 µs of host time there against 395 µs for
 torch's whole stem convolution (H200, ResNet-50 train step, batch 32, benchmarks/probe_train_timeline.py at ba42e38).
 This kernel writes every element of the packed tensor, the zero taps too, so nothing is allocated zeroed first;
@@ -66,3 +68,22 @@ def _bind(weight: torch.Tensor, out: torch.Tensor, kwp: int, start: int,
             tail = tuple(constexprs[n] for n in _pack_kernel.arg_names[2:])
             return lambda w, o: runner(w, o, *tail)
     return lambda w, o: _pack_kernel[grid](w, o, **constexprs)
+
+
+def folded_channels(c: int, stride: tuple[int, int]) -> int:
+    """C·SH·SW rounded up to a multiple of 4: the folded rows' stride must be a multiple of 16 bytes for TMA."""
+    return -(-c * stride[0] * stride[1] // 4) * 4
+
+
+def fold_weight(weight: torch.Tensor, stride: tuple[int, int], taps: tuple[int, int], cf: int,
+                row_pad: int) -> torch.Tensor:
+    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD] fp32: kernel row a of the folded weight is its KWF taps × CF
+    channels (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row
+    of the folded input lies in memory, then zeros to ROW_PAD. Plain torch: the KernelBench export copies it."""
+    c_out, c, kh, kw = weight.shape
+    sh, sw = stride
+    khf, kwf = taps
+    w = torch.nn.functional.pad(weight.detach().float(), (0, kwf * sw - kw, 0, khf * sh - kh))
+    w = w.reshape(c_out, c, khf, sh, kwf, sw).permute(0, 2, 4, 1, 3, 5).reshape(c_out, khf, kwf, c * sh * sw)
+    w = torch.nn.functional.pad(w, (0, cf - c * sh * sw)).reshape(c_out, khf, kwf * cf)
+    return torch.nn.functional.pad(w, (0, row_pad - kwf * cf)).reshape(c_out, khf * row_pad).contiguous()

@@ -21,8 +21,7 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import Host, get_variant, pins, torch_conv
-from convtune.kernels import implicit_gemm as ig  # its bound launch (Bound): the one a module's layer keeps
+from convtune.kernels import KernelVariant, get_variant, pins, torch_conv
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
@@ -86,8 +85,9 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
 
 
 Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH
-# plan type → the Host (kernels/host.py) of the kernel whose plans are of that type (registered as each first makes one)
-_calls: dict[type, Host] = {}
+# plan type → the variant whose plans are of that type (registered as each first makes one): its Host (kernels/host.py)
+# runs the plan, and its `bind`, where it declares one, binds it
+_variants: dict[type, KernelVariant] = {}
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -114,11 +114,11 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
                  out_cl: bool) -> Plan:
     """The plan of the kernel a pin names, made by its Host (kernels/host.py: each variant declares how the
     library runs it)."""
-    library = get_variant(value.kernel).library
-    if library is None:
+    variant = get_variant(value.kernel)
+    if variant.library is None:
         raise UnsupportedProblem(f"{value.kernel} is not one of the library's kernels (a pin may name only those)")
-    plan = library.plan(x, g, has_bias, value.meta, precision, out_cl)
-    _calls[type(plan)] = library
+    plan = variant.library.plan(x, g, has_bias, value.meta, precision, out_cl)
+    _variants[type(plan)] = variant
     return plan
 
 
@@ -175,7 +175,7 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
-    call = _calls[type(plan)]
+    call = _variants[type(plan)].library
     x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
     # what the signature (the plan's key) leaves out is checked on every call: dtypes, devices, contiguity, the
     # bias's size (a bias of 3 for 4 channels would leave a channel without bias, or read past its end on a GPU)
@@ -191,22 +191,21 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 
 
 class Bound:
-    """One layer's call signature with everything decided: the plan, its checked binary and the launch bound to
-    it (ig.bind). A call goes through it only if `matches` says the call is the one it was made for: the same
+    """One layer's call signature with everything decided: the plan and the launch its variant bound to it
+    (KernelVariant.bind). A call goes through it only if `matches` says the call is the one it was made for: the same
     input shape, float32, NCHW-contiguous, on the same device with the same alignment, the same weight and bias
     tensors on the same storage, the same precision and pins. Anything else takes the full path. Gradients go
     through _EagerConv, the same backward as the operator's."""
 
     __slots__ = ("shape", "device", "align", "weight", "weight_ptr", "bias", "precision", "generation", "geometry",
-                 "out_shape", "pad_w", "vec", "round_weight", "launch_bound", "training")
+                 "call", "training")
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], geometry: tuple[Any, ...],
-                 precision: str, plan: ig.LaunchPlan, launch_bound: ig.BoundLaunch, training: bool) -> None:
+                 precision: str, call: Any, training: bool) -> None:
         self.shape, self.device, self.align = x.shape, x.get_device(), x.data_ptr() & 15
         self.weight, self.weight_ptr, self.bias = weight, weight.data_ptr(), bias
         self.precision, self.generation, self.geometry = precision, pins_generation, geometry
-        self.out_shape, self.pad_w, self.vec, self.round_weight = plan.out_shape, plan.pad_w, plan.vec, plan.round_weight
-        self.launch_bound = launch_bound
+        self.call = call  # (x, weight, bias) → output
         self.training = training  # made for calls that record gradients, or for calls that do not
 
     def matches(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> bool:
@@ -218,32 +217,29 @@ class Bound:
         """conv2d for a call that `matches`."""
         if self.training:  # made for calls that record gradients: nn.Conv2d.forward calls it only for those
             return _EagerConv.apply(x, weight, bias, *self.geometry, self.precision, self)
-        return self.launch(x, weight, bias)
+        return self.call(x, weight, bias)
 
     def launch(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        out = x.new_empty(self.out_shape)
-        self.launch_bound(x, ig.packed_weight(weight, self.pad_w, self.vec, self.round_weight),
-                          bias if bias is not None else x, out)
-        return out
+        return self.call(x, weight, bias)
 
 
 def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
          dilation: Any, precision: str, training: bool = False) -> Optional[Bound]:
     """A Bound for this call, whose pin says convtune's kernel (the caller has checked), or None where the call
-    cannot have one (off CUDA, a layout other than NCHW-contiguous, a Triton without a bindable runner). Every
-    check of the full path runs here, once."""
+    cannot have one (off CUDA, a layout other than NCHW-contiguous, a kernel that declares no bound launch or whose
+    plan has none here, a Triton without a bindable runner). Every check of the full path runs here, once."""
     if not (input.is_cuda and input.is_contiguous() and weight.is_contiguous()
             and (bias is None or bias.is_contiguous())):
         return None
     plan = _cached_plan(input, weight, bias, stride, padding, dilation, 1, precision, training)
-    if not isinstance(plan, ig.LaunchPlan) or plan.out_cl:  # pins.TORCH, or a kernel with no bound launch
+    variant = _variants.get(type(plan))
+    if variant is None or variant.bind is None:  # pins.TORCH, or a kernel with no bound launch
         return None
     prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
-    launch_bound = ig.bind(plan, input, weight, bias)
-    if launch_bound is None:
+    call = variant.bind(plan, input, weight, bias)
+    if call is None:
         return None
-    return Bound(input, weight, bias, (_pair(stride), _pair(padding), _pair(dilation)), precision, plan, launch_bound,
-                 training)
+    return Bound(input, weight, bias, (_pair(stride), _pair(padding), _pair(dilation)), precision, call, training)
 
 
 class _EagerConv(torch.autograd.Function):

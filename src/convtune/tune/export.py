@@ -26,8 +26,7 @@ def exportable() -> tuple[str, ...]:
     return tuple(name for name, v in VARIANTS.items() if v.export is not None)
 
 
-def render_kernelbench(p: ConvProblem, meta: "object", precision: str, provenance: str,
-                       kernel: str = "implicit_gemm") -> str:
+def render_kernelbench(p: ConvProblem, meta: "object", precision: str, provenance: str, kernel: str) -> str:
     from convtune.kernels import VARIANTS
 
     if kernel not in exportable():

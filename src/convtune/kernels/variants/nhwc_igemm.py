@@ -27,18 +27,14 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, WeightCache, safe_stages
+from convtune.kernels.common import ConvGeometry, Meta, safe_stages
 from convtune.kernels import layout, llvm_opt
+from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, default_meta, default_meta_preround, pack_weight,
+                                         packed_weight, tma_fits, weight_arg)
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
                                         round_to_tf32_even, rounds_operands)
 from convtune.kernels.selfcheck import agrees
-
-GROUP_M = 8
-# How `tf32` breaks rounding ties: to even, as cuDNN does on the stride-1 layers this kernel serves (kernels/precision.py;
-# resnet50_layer1_1x1 3.1e-6 from cuDNN that way, 1.9e-4 with ties away, which failed KernelBench's allclose)
-TF32_TIES = "even"
-
 
 @triton.jit(do_not_specialize=["M"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_kernel(
@@ -101,28 +97,6 @@ def _conv2d_nhwc_kernel(
     tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
 
 
-_packed = WeightCache()  # the weight in [C_out, KH, KW, C_in] order (TF32-rounded for tf32), until it changes
-
-
-def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
-    """[C_out, C_in, KH, KW] → [C_out, KH, KW, C_in] contiguous, rounded to nearest TF32 if asked; always 16-byte
-    aligned (a channels_last weight is already in that order, and may be a view at any offset: then a copy), so
-    that its TMA descriptor depends on C_in alone (tma_fits)."""
-    w = weight.permute(0, 2, 3, 1).contiguous()
-    w = round_to_tf32_even(w) if round_tf32 else w
-    return w.clone() if w.data_ptr() % 16 else w
-
-
-def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
-    return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
-
-
-def tma_fits(c_in: int) -> bool:
-    """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight (16-byte aligned: pack_weight) needs every
-    tile a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
-    return c_in % 4 == 0
-
-
 @dataclass(frozen=True)
 class LaunchPlan:
     """Everything a launch needs that depends only on shapes and configuration."""
@@ -183,7 +157,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _launch(cx, x, wp, b, out, plan.m, "none"), "none"
     return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid,
-                         (x, _weight_arg(cx, wp), b, out, plan.m), cx,
+                         (x, weight_arg(cx, wp), b, out, plan.m), cx,
                          lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
                          lambda lvl: _launch(cx, x, wp, b, out, plan.m, lvl))
 
@@ -209,18 +183,9 @@ PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True)
 launch_preround, prepared_preround = PREROUND_HOST.launch, PREROUND_HOST.prepared
 
 
-def _weight_arg(cx: dict, wp: torch.Tensor) -> Any:
-    """The kernel's weight argument: a TMA descriptor of the packed weight as [C_out, K] (W_TMA), or the weight."""
-    if not cx["W_TMA"]:
-        return wp
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
-
-
 def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
     grid = (triton.cdiv(m, cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
-    return _conv2d_nhwc_kernel[grid](x, _weight_arg(cx, wp), b, out, m, **cx, LLVM_OPT=level)
+    return _conv2d_nhwc_kernel[grid](x, weight_arg(cx, wp), b, out, m, **cx, LLVM_OPT=level)
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -238,39 +203,17 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
                   cx["PRECISION"])
 
 
-def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The default configuration per problem class, from the H200 sweep with TMA weight tiles
-    (benchmarks/probe_nhwc.py at ba42e38 --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
-    docs/evidence/h200_issue13_tma.txt at ba42e38), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
-    192 and conv5's 256: M64-N256-w4 best, 0.691 and 0.245 ms; vgg16_conv3_2 3 % behind its best); three
-    128-wide tiles for 384 (alexnet_conv3/4: M128-N128-w8 best, M64-N256 2.0-2.2x slower); M64-N128-w4 for 128
-    (resnet50_layer2_3x3 best); M64-N64-w4 up to 64 (resnet50_layer1_1x1, the first sweep). M128-N256 with 4
-    warps runs 21-27x slower (its accumulator alone is 256 registers a thread). A pin for the exact problem and
-    GPU takes precedence (convtune.pins)."""
-    if precision not in ("tf32", "tf32_trunc"):  # three products or FMA per multiply: smaller tiles (untuned)
-        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
-    if out_channels <= 64:
-        return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
-    if out_channels <= 128:
-        return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
-    if out_channels <= 256:
-        return Meta(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=4, num_stages=3)
-    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+# The library's default for a channels_last call whose input has enough channels (serves): nhwc_igemm's K steps are
+# BLOCK_K (16-64) channels of one tap, so with few channels most of each step is masked (L1 #50's 3 channels: 7.37 ms
+# channels_last against 0.52 ms through implicit_gemm on the H200), and its 16-byte loads and TMA need C_in % 4 == 0.
+# An NCHW call stays on implicit_gemm by default although nhwc_igemm on a channels_last copy ran stride-1 layers 2-3x
+# faster on the H200: it ran resnet50_layer1_1x1 5x slower (0.424 against 0.085 ms), so that choice is left to a
+# contest per shape.
+MIN_CHANNELS = 16
 
 
-def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
-    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), by C_out: 384 (alexnet_conv3/4)
-    M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
-    (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
-    for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""
-    if precision != "tf32" or out_channels <= 64:
-        return default_meta(out_channels, stride_w, width, precision)
-    if out_channels <= 128:
-        return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
-    if out_channels <= 256:
-        return Meta(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, num_warps=8, num_stages=4)
-    return Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+def serves(layout: str, in_channels: int) -> bool:
+    return layout == "channels_last" and in_channels >= MIN_CHANNELS and in_channels % 4 == 0
 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
@@ -280,11 +223,11 @@ PREVIOUS_SOURCE_HASHES = ("1561370120da",)
 
 
 register(KernelVariant(
-    "nhwc_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
-    entry_points=("_conv2d_nhwc_kernel",)))
+    name="nhwc_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_nhwc_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY,
+    serves=serves, rank=1))
 register(KernelVariant(
-    "nhwc_preround", launch_preround, default_meta_preround, SOURCE_HASH, TF32_TIES, prepared_preround,
-    previous_hashes=PREVIOUS_SOURCE_HASHES,
-    library=PREROUND_HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
-    entry_points=("_conv2d_nhwc_kernel",)))
+    name="nhwc_preround", launch=launch_preround, prepared=prepared_preround, library=PREROUND_HOST,
+    default_meta=default_meta_preround, source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES,
+    tf32_ties=TF32_TIES, entry_points=("_conv2d_nhwc_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY))

@@ -51,8 +51,8 @@ from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta, safe_stages
-from convtune.kernels.nhwc_igemm import (GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight,
-                                         packed_weight, tma_fits)
+from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, _store_tile, _tile_at, _tile_sum, default_meta_preround,
+                                         pack_weight, packed_weight, tma_fits, weight_arg)
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
                                         rounds_operands)
@@ -63,72 +63,6 @@ __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
 # A last wave at least this full runs as it is (the probe split the last wave under 0.9 full; not tuned further)
 SPLIT_BELOW = 0.9
 MAX_PARTS = 4  # workers a split tile at most, where the tiles are fewer than the programs the GPU runs at once
-
-
-@triton.jit
-def _tile_at(tile, M, C_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
-    """Tile number → (row tile, column tile), in groups of GROUP row tiles per column tile (nhwc_igemm's order)."""
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
-    per_group = GROUP * TILES_N
-    first_m = (tile // per_group) * GROUP
-    group_rows = tl.minimum(tiles_m - first_m, GROUP)
-    return first_m + (tile % per_group) % group_rows, (tile % per_group) // group_rows
-
-
-@triton.jit
-def _tile_sum(x_ptr, w_ptr, pid_m, pid_n, M, k_lo, k_hi,
-              C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr,
-              OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr,
-              PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, PRECISION: tl.constexpr, W_TMA: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """A tile's products over K steps k_lo to k_hi (a K step: BLOCK_K channels of one tap), A as it is in memory."""
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_mask = offs_m < M
-    OHW: tl.constexpr = OH * OW
-    img = offs_m // OHW
-    p = offs_m % OHW
-    ih0 = (p // OW) * SH - PH
-    iw0 = (p % OW) * SW - PW
-    x_rows = x_ptr + img.to(tl.int64) * (H * W * C)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < C_OUT
-    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
-    K_TOTAL: tl.constexpr = KH * KW * C
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for t in range(k_lo, k_hi):  # pipelined num_stages deep; never fewer than num_stages steps (the module's doc)
-        tap = t // C_BLOCKS
-        c = (t % C_BLOCKS) * BLOCK_K + offs_k
-        ih = ih0 + (tap // KW) * DH
-        iw = iw0 + (tap % KW) * DW
-        inside = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a = tl.load(x_rows[:, None] + ((ih * W + iw) * C)[:, None] + c[None, :],
-                    mask=inside[:, None] & (c < C)[None, :], other=0.0)
-        if W_TMA:  # past C the tile holds the next tap's weights, multiplied by A's zeros; past K, zeros
-            b = w_ptr.load([pid_n * BLOCK_N, tap * C + (t % C_BLOCKS) * BLOCK_K]).T
-        else:
-            b = tl.load(w_ptr + offs_n[None, :] * K_TOTAL + (tap * C + c)[:, None],
-                        mask=(c < C)[:, None] & n_mask[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    return acc
-
-
-@triton.jit
-def _store_tile(acc, b_ptr, y_ptr, pid_m, pid_n, M, C_OUT: tl.constexpr, OHW: tl.constexpr, HAS_BIAS: tl.constexpr,
-                OUT_CL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A tile's sum plus the bias into the output: channels_last (a row's channels contiguous) or NCHW."""
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mask = offs_m < M
-    n_mask = offs_n < C_OUT
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    if OUT_CL:
-        y_offs = offs_m.to(tl.int64)[:, None] * C_OUT + offs_n[None, :]
-    else:
-        y_offs = ((offs_m // OHW).to(tl.int64) * (C_OUT * OHW) + offs_m % OHW)[:, None] + offs_n[None, :] * OHW
-    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
 
 
 @triton.jit
@@ -372,7 +306,7 @@ def _args(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: torch
           m: int) -> tuple:
     """The kernel's runtime arguments, in its order."""
     ws, cnt = _workspace(x.device, sched, cx)
-    return (x, _weight_arg(cx, wp), b, out, ws, cnt, m, sched.dp_tiles, sched.sk_tiles, sched.workers)
+    return (x, weight_arg(cx, wp), b, out, ws, cnt, m, sched.dp_tiles, sched.sk_tiles, sched.workers)
 
 
 def _launch(cx: dict, sched: Schedule, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int,
@@ -427,6 +361,7 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_streamk_kernel, layout._nch
 PREVIOUS_SOURCE_HASHES = ("d2064b641f81",)
 
 
-register(KernelVariant("nhwc_streamk", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
-                        entry_points=("_conv2d_nhwc_streamk_kernel",)))
+register(KernelVariant(
+    name="nhwc_streamk", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_nhwc_streamk_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY))

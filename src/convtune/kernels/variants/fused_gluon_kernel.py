@@ -1,4 +1,4 @@
-"""The Gluon kernel of `fused_gluon` (kernels/fused_gluon.py says what it computes, why, and what it measured).
+"""The Gluon kernel of `fused_gluon` (kernels/variants/fused_gluon.py says what it computes, why, and what it measured).
 
 Imported only when a launch needs it (fused_gluon._kernel_module): Gluon compiles for NVIDIA GPUs only and the Triton
 interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 3 input channels: a K step of 16 is
@@ -386,7 +386,7 @@ def weight_layouts() -> tuple:
 
 
 def descriptors(wp) -> tuple:
-    """TMA descriptors of the packed weight [N1 + N2, K] (kernels/fused_gluon.pack_weight) in its two column tiles."""
+    """TMA descriptors of the packed weight [N1 + N2, K] (kernels/variants/fused_gluon.pack_weight) in its two column tiles."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     l1, l2 = weight_layouts()

@@ -227,6 +227,25 @@ def bind(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional
     return launch
 
 
+def bound_call(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor]) -> Optional[Callable[..., torch.Tensor]]:
+    """The registry's bound launch (KernelVariant.bind): a call (x, weight, bias) → output of a signature whose plan
+    writes NCHW, with the weight packed (cached per weight tensor) and the binary bound (bind); None where it has
+    none."""
+    if plan.out_cl:
+        return None
+    launch = bind(plan, x, weight, bias)
+    if launch is None:
+        return None
+    shape, pad_w, vec, round_weight = plan.out_shape, plan.pad_w, plan.vec, plan.round_weight
+
+    def call(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        out = x.new_empty(shape)
+        launch(x, packed_weight(weight, pad_w, vec, round_weight), bias if bias is not None else x, out)
+        return out
+    return call
+
+
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor,
               bias: Optional[torch.Tensor], out: torch.Tensor) -> bool:
     """Compile the plan's binary at `level` and run it on one random image (N is no constexpr: the binary is
@@ -285,7 +304,7 @@ PREVIOUS_SOURCE_HASHES = ("d1dc565d8466",)
 
 # KernelBench's one-file export of this kernel at a pinned configuration (`python promote.py export=kernelbench`)
 def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
-    from convtune.kernels import implicit_gemm as ig
+    from convtune.kernels.variants import implicit_gemm as ig
 
     wrapper = pinned_block(m, precision, provenance, p) + f'''
 
@@ -320,7 +339,9 @@ def conv2d_triton(x, weight, bias, packed=None):
 
 
 register(KernelVariant(
-    "implicit_gemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench,
-    # implicit_gemm reads NCHW: where x is not, the kernel reads a fresh (so aligned) copy, as the library's call makes it
-    library=HOST,
-    entry_points=("_conv2d_igemm_kernel",)))
+    name="implicit_gemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_igemm_kernel",), export=render_kernelbench,
+    # the library's default for every call no higher-ranked variant serves; implicit_gemm reads NCHW: where x is not,
+    # the kernel reads a fresh (so aligned) copy, as the library's call makes it
+    serves=lambda layout, in_channels: True, rank=0, bind=bound_call))

@@ -142,5 +142,7 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_seed_kernel, round_tf32])
 PREVIOUS_SOURCE_HASHES = ("4598f4a531d8",)
 
 
-register(KernelVariant("seed", launch, default_meta, SOURCE_HASH, TF32_TIES, previous_hashes=PREVIOUS_SOURCE_HASHES,
-                        any_layout=False, entry_points=("_conv2d_seed_kernel",)))
+register(KernelVariant(
+    name="seed", launch=launch, default_meta=default_meta, source_hash=SOURCE_HASH,
+    previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES, entry_points=("_conv2d_seed_kernel",),
+    any_layout=False))

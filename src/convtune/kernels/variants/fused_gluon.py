@@ -57,7 +57,7 @@ from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.common import out_size
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta, WeightCache
-from convtune.kernels.fold_igemm import fold_weight, folded_channels
+from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.precision import round_to_tf32
 from convtune.kernels.selfcheck import agrees
 
@@ -170,7 +170,7 @@ def _packed_weight(weight: torch.Tensor, taps: tuple[int, int]) -> tuple[torch.T
 def _kernel_module() -> Any:
     """The Gluon kernel, imported on the first launch (fused_gluon_kernel: why not at import)."""
     try:
-        from convtune.kernels import fused_gluon_kernel
+        from convtune.kernels.variants import fused_gluon_kernel
     except (ImportError, AttributeError) as e:
         raise UnsupportedProblem(f"fused_gluon needs Triton's Gluon with its Hopper API (triton 3.6 or later); this "
                                  f"Triton has none ({type(e).__name__}: {e})") from None
@@ -273,7 +273,7 @@ launch, prepared = HOST.launch, HOST.prepared
 
 
 def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
-    """verify's case draw (convtune.commands.verify): a case in fused_gluon's family (kernels/fused_gluon.make_plan): 3 channels, stride 4, dilation 1, a kernel up to
+    """verify's case draw (convtune.commands.verify): a case in fused_gluon's family (kernels/variants/fused_gluon.make_plan): 3 channels, stride 4, dilation 1, a kernel up to
     12 × 12, up to 64 output columns and 96 output channels; padding up to 3 a side, any height, batch 1-8."""
     while True:
         kh, kw = rng.randint(1, 12), rng.randint(1, 12)
@@ -293,8 +293,7 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
 
 # KernelBench's one-file export of this kernel at a pinned configuration (`python promote.py export=kernelbench`)
 def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
-    from convtune.kernels import fold_igemm as fi
-    from convtune.kernels import fused_gluon as fg
+    from convtune.kernels.variants import fused_gluon as fg
 
     kernel_file = (Path(fg.__file__).parent / "fused_gluon_kernel.py").read_text(encoding="utf-8")
     kernels = kernel_file[kernel_file.index("# TMA's global"):].rstrip()  # the module after its docstring and imports
@@ -365,11 +364,13 @@ def conv2d_gluon(x, weight, bias, packed):
     imports = IMPORTS + ("import ctypes\n\nfrom triton.experimental import gluon\nfrom triton.experimental.gluon import "
                          "language as gl\nfrom triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, "
                          "warpgroup_mma, warpgroup_mma_wait\n")
-    helpers = source_of(fi.folded_channels, fi.fold_weight)
+    helpers = source_of(folded_channels, fold_weight)
     return "\n\n".join((imports, rounding_source(), kernels, helpers)) + "\n" + wrapper
 
 
-register(KernelVariant("fused_gluon", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                       COMPUTE_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), draw_case=draw_case,
-                       library=HOST, space=SPACE, interpreted=False,
-                       entry_points=("_conv2d_fused_gluon_kernel",)))
+register(KernelVariant(
+    name="fused_gluon", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_fused_gluon_kernel",), restricted_to=RESTRICTED_TO, draw_case=draw_case,
+    precisions=PRECISIONS, compute_capability=COMPUTE_CAPABILITY, interpreted=False, space=SPACE,
+    export=render_kernelbench, refuses=plan_refuses(make_plan)))

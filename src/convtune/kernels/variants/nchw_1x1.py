@@ -253,7 +253,7 @@ PREVIOUS_SOURCE_HASHES = ("3e258e020276",)
 
 
 def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
-    """verify's case draw (convtune.commands.verify): a case in nchw_1x1's family (kernels/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
+    """verify's case draw (convtune.commands.verify): a case in nchw_1x1's family (kernels/variants/nchw_1x1.make_plan): a 1×1 kernel, stride 1, no padding, any dilation;
     1-512 input and output channels (log-uniform), sizes whose H·W is a multiple of 4 (TMA) or not, batch 1-16; the
     default configuration or a random one that fits shared memory."""
     c, k = (rng.randint(1, 24), rng.randint(1, 40)) if small else (log_uniform_int(rng, 1, 512), log_uniform_int(rng, 1, 512))
@@ -273,7 +273,8 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
                 meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
 
 
-register(KernelVariant("nchw_1x1", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                        compute_capability=CVT_RN_TF32_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case,
-                        library=HOST, space=SPACE,
-                        entry_points=("_conv2d_1x1_kernel",)))
+register(KernelVariant(
+    name="nchw_1x1", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source_hash=SOURCE_HASH,
+    previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES, entry_points=("_conv2d_1x1_kernel",),
+    restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS,
+    compute_capability=CVT_RN_TF32_CAPABILITY, space=SPACE))

@@ -33,9 +33,8 @@ from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image,
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta, safe_stages
 from convtune.kernels.layout import to_channels_last
-from convtune.kernels.nhwc_igemm import GROUP_M, TF32_TIES, _weight_arg, default_meta_preround, pack_weight, \
-    packed_weight, tma_fits
-from convtune.kernels.nhwc_streamk import _store_tile, _tile_at, _tile_sum
+from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, _store_tile, _tile_at, _tile_sum, default_meta_preround,
+                                         pack_weight, packed_weight, tma_fits, weight_arg)
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even,
                                         rounds_operands)
 from convtune.kernels.selfcheck import agrees
@@ -205,7 +204,7 @@ def _weight_desc(key: tuple, cx: dict, wp: torch.Tensor) -> Any:
         return wp
     held = _descs.get(key)
     if held is None or held[0] is not wp:
-        held = _descs[key] = (wp, _weight_arg(cx, wp))
+        held = _descs[key] = (wp, weight_arg(cx, wp))
     return held[1]
 
 
@@ -216,7 +215,7 @@ def _rows(x: torch.Tensor, cx: dict) -> int:
 
 def _launch(cx: dict, grid: tuple[int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
             level: str) -> Any:
-    return _conv2d_nhwc_split_n_kernel[grid](x, _weight_arg(cx, wp), b, out, _rows(x, cx), **cx, LLVM_OPT=level)
+    return _conv2d_nhwc_split_n_kernel[grid](x, weight_arg(cx, wp), b, out, _rows(x, cx), **cx, LLVM_OPT=level)
 
 
 def _right_at(level: str, part: Part, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -256,6 +255,7 @@ SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_split_n_kernel, layout._nch
 PREVIOUS_SOURCE_HASHES = ("e24536d95a6e",)
 
 
-register(KernelVariant("nhwc_split_n", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, library=HOST, compute_capability=CVT_RN_TF32_CAPABILITY,
-                        entry_points=("_conv2d_nhwc_split_n_kernel",)))
+register(KernelVariant(
+    name="nhwc_split_n", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_nhwc_split_n_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY))

@@ -43,7 +43,7 @@ from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image,
 from convtune.kernels.common import log_uniform_int, out_size
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.common import ConvGeometry, Meta
-from convtune.kernels.nhwc_igemm import _weight_arg, pack_weight, packed_weight, tma_fits  # its weight operand
+from convtune.kernels.nhwc_tiles import pack_weight, packed_weight, tma_fits, weight_arg  # its weight operand
 from convtune.kernels.precision import CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx
 from convtune.kernels.selfcheck import agrees
 
@@ -161,7 +161,7 @@ def readable_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 
 def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
             level: str) -> Any:
-    return _conv2d_nchw_kernel[grid](x, _weight_arg(cx, wp), b, out, **cx, LLVM_OPT=level)
+    return _conv2d_nchw_kernel[grid](x, weight_arg(cx, wp), b, out, **cx, LLVM_OPT=level)
 
 
 _binaries = BoundLaunches("nchw_igemm", lambda: _conv2d_nchw_kernel, 4)
@@ -176,7 +176,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
         return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
-    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid, (x, _weight_arg(cx, wp), b, out),
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid, (x, weight_arg(cx, wp), b, out),
                          cx, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
                          lambda lvl: _launch(cx, plan.grid, x, wp, b, out, lvl))
 
@@ -216,7 +216,7 @@ PREVIOUS_SOURCE_HASHES = ("60e27b4908ec",)
 
 
 def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
-    """verify's case draw (convtune.commands.verify): a case in nchw_igemm's family (kernels/nchw_igemm.make_plan): stride 1 and an output as wide as the input (a
+    """verify's case draw (convtune.commands.verify): a case in nchw_igemm's family (kernels/variants/nchw_igemm.make_plan): stride 1 and an output as wide as the input (a
     kernel 1, 3, 5 or 7 wide with the padding along W that keeps the width; 1-7 high with any padding along H), dilation
     1-2; 1-512 input and output channels (log-uniform), sizes 1-80, batch 1-16; the default configuration or a random one
     that fits shared memory."""
@@ -243,7 +243,8 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
                 meta=meta, seed=rng.randrange(2**31), layout=rng.choice(["nchw", "channels_last"]))
 
 
-register(KernelVariant("nchw_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared, RESTRICTED_TO, PRECISIONS,
-                        compute_capability=CVT_RN_TF32_CAPABILITY, previous_hashes=PREVIOUS_SOURCE_HASHES, draw_case=draw_case,
-                        library=HOST, space=SPACE,
-                        entry_points=("_conv2d_nchw_kernel",)))
+register(KernelVariant(
+    name="nchw_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    entry_points=("_conv2d_nchw_kernel",), restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS,
+    compute_capability=CVT_RN_TF32_CAPABILITY, space=SPACE))

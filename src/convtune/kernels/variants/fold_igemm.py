@@ -42,6 +42,7 @@ from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rou
 from convtune.kernels.base import KernelVariant, plan_refuses, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, without_input
 from convtune.kernels.identity import kernel_identity
+from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.common import ConvGeometry, Meta, WeightCache, bound_runner
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
@@ -186,11 +187,6 @@ def _store(acc, b_ptr, y_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.con
     tl.store(y_img + y_offs, acc, mask=valid[:, None] & n_mask[None, :])
 
 
-def folded_channels(c: int, stride: tuple[int, int]) -> int:
-    """C·SH·SW rounded up to a multiple of 4: the folded rows' stride must be a multiple of 16 bytes for TMA."""
-    return -(-c * stride[0] * stride[1] // 4) * 4
-
-
 def split_columns(c_out: int, block_n: int) -> bool:
     """Split the column tile into BLOCK_N/2 + BLOCK_N/4 where those cover every output channel and BLOCK_N alone
     would not be needed (L1 #50's 96 channels at BLOCK_N 128: 0.343 against 0.422 ms for the convolution, M128-K32-w4-s3,
@@ -300,20 +296,6 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 _packed = WeightCache()  # the folded, packed weight, until the weight changes
 
 
-def fold_weight(weight: torch.Tensor, stride: tuple[int, int], taps: tuple[int, int], cf: int,
-                row_pad: int) -> torch.Tensor:
-    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD] fp32: kernel row a of the folded weight is its KWF taps × CF
-    channels (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row
-    of the folded input lies in memory, then zeros to ROW_PAD. Plain torch: the KernelBench export copies it."""
-    c_out, c, kh, kw = weight.shape
-    sh, sw = stride
-    khf, kwf = taps
-    w = torch.nn.functional.pad(weight.detach().float(), (0, kwf * sw - kw, 0, khf * sh - kh))
-    w = w.reshape(c_out, c, khf, sh, kwf, sw).permute(0, 2, 4, 1, 3, 5).reshape(c_out, khf, kwf, c * sh * sw)
-    w = torch.nn.functional.pad(w, (0, cf - c * sh * sw)).reshape(c_out, khf, kwf * cf)
-    return torch.nn.functional.pad(w, (0, row_pad - kwf * cf)).reshape(c_out, khf * row_pad).contiguous()
-
-
 def pack_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     """The plan's folded weight (fold_weight), rounded to nearest TF32 where the plan's input is."""
     w = fold_weight(weight, plan.stride, plan.taps, plan.folded_shape[3], plan.row_pad)
@@ -408,7 +390,7 @@ PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7",)
 
 # KernelBench's one-file export of this kernel at a pinned configuration (`python promote.py export=kernelbench`)
 def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
-    from convtune.kernels import fold_igemm as fi
+    from convtune.kernels.variants import fold_igemm as fi
 
     wrapper = pinned_block(m, precision, provenance, p) + f'''FOLD_BLOCK, FOLD_TILE = {fi.FOLD_BLOCK}, {fi.FOLD_TILE}
 
@@ -477,10 +459,11 @@ def conv2d_triton(x, weight, bias, packed=None):
 ''')
     imports = IMPORTS + "from typing import Optional\n\nfrom triton.tools.tensor_descriptor import TensorDescriptor\n"
     kernels = source_of(fi._fold_kernel, fi._fold_rows_kernel, fi._conv2d_fold_kernel, fi._store)
-    helpers = source_of(fi.folded_channels, fi.split_columns, fi.fold_tiling, fi.folded_rows, fi.fold_weight)
+    helpers = source_of(folded_channels, fi.split_columns, fi.fold_tiling, fi.folded_rows, fold_weight)
     return "\n\n".join((imports, rounding_source(), kernels, helpers)) + "\n" + wrapper
 
 
-register(KernelVariant("fold_igemm", launch, default_meta, SOURCE_HASH, TF32_TIES, prepared,
-                        previous_hashes=PREVIOUS_SOURCE_HASHES, export=render_kernelbench, refuses=plan_refuses(make_plan), library=HOST,
-                        dilation_one=True, entry_points=("_conv2d_fold_kernel",)))
+register(KernelVariant(
+    name="fold_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source_hash=SOURCE_HASH,
+    previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES, entry_points=("_conv2d_fold_kernel",),
+    dilation_one=True, export=render_kernelbench, refuses=plan_refuses(make_plan)))
