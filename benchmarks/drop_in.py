@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 import convtune
 from convtune.library.functional import default_precision, lookup, output_format
-from convtune.kernels import pins
+from convtune import pins
 
 
 def layouts_check(n_shapes: int, seed: int) -> int:

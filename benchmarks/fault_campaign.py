@@ -192,7 +192,8 @@ def case_reserved_path(work: Path, name: str) -> dict:
 
 
 def _pin(work: Path, pins_file: Path, template: Path) -> str:
-    from convtune.kernels import Meta, pins
+    from convtune.kernels import Meta
+    from convtune import pins
 
     pins.write_pin(pins_file, "interpreter", "implicit_gemm", PIN_KEY, Meta(16, 16, 16, 4, 2), {"note": "planted"})
     store = store_in(work / "mlruns", template)
@@ -289,7 +290,7 @@ def case_symlinked_pins(work: Path, template: Path) -> dict:
     link.symlink_to(real)
     r = run(["problem=tiny", f"tracking.uri={store}", f"pins_file={link}", "promote.rounds=4", "promote.reps=1",
              "promote.min_gain=0", "promote.confidence=0.5"], work, entry="promote.py")
-    from convtune.kernels import pins
+    from convtune import pins
 
     entry = pins.entries(pins.load(real), "interpreter", "implicit_gemm").get(PIN_KEY) or {}
     lost = int(not link.is_symlink() or (("decision: PROMOTE" in r.stdout) and entry.get("meta", {}).get("BLOCK_M") == 16))
@@ -311,7 +312,7 @@ def case_tune_model_resume_without_its_pins(work: Path, template: Path) -> dict:
     pins_file.unlink()
     r = subprocess.run([sys.executable, str(ROOT / "tune_model.py"), *args, f"hydra.run.dir={work / 'o2'}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    from convtune.kernels import pins
+    from convtune import pins
 
     c = MlflowClient(store)
     (model_run,) = [x for e in c.search_experiments() for x in c.search_runs([e.experiment_id])

@@ -3,7 +3,7 @@
 import pytest
 
 from convtune.kernels import Meta
-from convtune.kernels.pins import TORCH
+from convtune.pins import TORCH
 from convtune.measure.contest import Contender, bootstrap_ratio, decide
 
 PIN, A, B = Meta(128, 128, 16, 4, 6), Meta(64, 128, 32, 4, 3), Meta(128, 64, 32, 8, 3)

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import convtune
-from convtune.kernels import Meta, choose, pins
-from convtune.library import dispatch, overlay
+from convtune.kernels import Meta
+from convtune import pins
+from convtune.library import dispatch, first_use
+from convtune.pins import overlay
 from convtune.problem import ConvProblem
 
 H200, H100, ADA = "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"
@@ -33,11 +35,11 @@ def pinned_on_h200(tmp_path, monkeypatch):
 
 
 def test_a_pin_of_the_same_compute_capability_or_a_listed_family_is_a_family_pin(pinned_on_h200):
-    c = choose(pinned_on_h200, H100, P, "ieee", capability=(9, 0))
-    assert (c.rule, c.family_gpu, c.value) == ("family", H200, pins.KernelPin("implicit_gemm", PIN))
+    c = dispatch.decide(P, H100, (9, 0), "ieee", files=[pinned_on_h200], first_use_on=False)
+    assert (c.rule, c.value) == ("family", pins.KernelPin("implicit_gemm", PIN))
     assert "family pin NVIDIA H200 / implicit_gemm" in c.source and "compute capability 9.0" in c.source
-    assert choose(pinned_on_h200, ADA, P, "ieee", capability=(8, 9)).rule == "torch"  # another capability
-    assert choose(pinned_on_h200, H200, P, "ieee", capability=(9, 0)).rule == "pin"
+    assert dispatch.decide(P, ADA, (8, 9), "ieee", files=[pinned_on_h200], first_use_on=False).rule == "torch"  # another capability
+    assert dispatch.decide(P, H200, (9, 0), "ieee", files=[pinned_on_h200], first_use_on=False).rule == "pin"
     data = pins.load(pinned_on_h200)
     data["families"] = {"ours": [ADA, H200]}  # a maintainer's table joins the 4090 to the H200's pins
     assert pins.family_sources(data, ADA, (8, 9)) == [H200]
@@ -47,7 +49,7 @@ def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_o
     """The first decision runs the contest (here on CPU host times, through the interpreter) and keeps its outcome,
     whichever it is, in the overlay; the next decision reads the overlay and runs no contest."""
     with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
-        value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+        value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu")))
     verdict = "verified here" if value != pins.TORCH else "refused here"
     assert value in (pins.TORCH, pins.KernelPin("implicit_gemm", PIN)) and verdict in source
     assert "M16-N16-K16-w4-s2" in source and "torch" in source  # the contest's numbers, or why it lost
@@ -59,7 +61,7 @@ def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_o
     assert prov["family_pin"] == "implicit_gemm M16-N16-K16-w4-s2" and prov["seconds"] >= 0 and prov["reason"]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
-        again, why = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+        again, why = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu")))
     assert again == value and why.startswith("overlay ") and f"family pin of NVIDIA H200, {verdict}" in why
     assert caplog.text == ""  # no second contest
 
@@ -67,17 +69,17 @@ def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_o
 def test_a_family_pin_runs_where_the_overlay_says_it_was_verified(pinned_on_h200):
     pins.write_pin(overlay.path_for(H100), H100, "implicit_gemm", KEY, PIN,
                    {"rule": "family pin of NVIDIA H200, verified here", "speedup_vs_torch": 1.9})
-    value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu")))
     assert value == pins.KernelPin("implicit_gemm", PIN) and "verified here" in source
 
 
 def test_without_an_overlay_a_family_pin_is_not_verified_and_torch_runs(pinned_on_h200, monkeypatch):
     monkeypatch.setenv(overlay.ENV, "off")
-    value, source = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu")))
     assert value == pins.TORCH and "not verified on NVIDIA H100 80GB HBM3" in source
     monkeypatch.setenv(overlay.ENV, str(pinned_on_h200.parent / "overlay"))
     monkeypatch.setenv(dispatch.FAMILY_ENV, "off")
-    assert dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))[0] == pins.TORCH
+    assert dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu")).value == pins.TORCH
     assert not overlay.path_for(H100).exists()
 
 
@@ -92,7 +94,7 @@ def test_a_broken_or_foreign_overlay_is_refused_in_one_line_and_ignored_whole(pi
     path.parent.mkdir(parents=True)
     path.write_text(text)
     monkeypatch.setenv(overlay.ENV, str(path.parent))
-    with caplog.at_level(logging.WARNING, logger="convtune.library.overlay"):
+    with caplog.at_level(logging.WARNING, logger="convtune.pins.overlay"):
         data, where = overlay.read(H100)
         overlay.read(H100)  # the same file again: no second warning
     assert data == {"pins": {}} and where == path
@@ -106,7 +108,7 @@ def test_an_overlay_that_cannot_be_written_advises_the_overlays_own_setting(pinn
     blocker = pinned_on_h200.parent / "a-file"
     blocker.write_text("")
     monkeypatch.setenv(overlay.ENV, str(blocker / "overlay"))  # a folder that cannot be made
-    with caplog.at_level(logging.WARNING, logger="convtune.library.overlay"):
+    with caplog.at_level(logging.WARNING, logger="convtune.pins.overlay"):
         assert overlay.keep(H100, "implicit_gemm", KEY, pins.TORCH, {}) is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert "takes no new file" in line and f"set {overlay.ENV} to a writable folder, or to off" in line
@@ -156,16 +158,16 @@ def test_tuning_on_first_use_is_off_by_default_and_on_by_the_switch_or_the_envir
 def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_budget(pinned_on_h200, monkeypatch,
                                                                                          caplog):
     other = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False, layout="nchw")  # no pin anywhere
-    candidates = dispatch.first_use_candidates(other, "ieee", (9, 0))
+    candidates = first_use.candidates(other, "ieee", (9, 0))
     names = {c.kernel for c in candidates}
     assert "implicit_gemm" in names and "fused_gluon" not in names  # fused_gluon refuses 3x3 at stride 1
-    assert "implicit_gemm" in {c.kernel for c in dispatch.first_use_candidates(other, "ieee", None)}
-    assert "nchw_igemm" not in {c.kernel for c in dispatch.first_use_candidates(other, "ieee", (8, 9))}  # tf32 only
+    assert "implicit_gemm" in {c.kernel for c in first_use.candidates(other, "ieee", None)}
+    assert "nchw_igemm" not in {c.kernel for c in first_use.candidates(other, "ieee", (8, 9))}  # tf32 only
     monkeypatch.setenv(dispatch.BUDGET_ENV, "0")  # the budget stops the contest after its first candidate
     convtune.tune_on_first_use(True)
     try:
         with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
-            value, source = dispatch.decide(other, H100, (9, 0), "ieee", False, torch.device("cpu"))
+            value, source = (lambda d: (d.value, d.source))(dispatch.decide(other, H100, (9, 0), "ieee", False, torch.device("cpu")))
     finally:
         dispatch._tune = None
     assert source.startswith("tuned on first use on NVIDIA H100 80GB HBM3")
@@ -182,7 +184,7 @@ def test_tuning_on_first_use_for_a_training_call_keeps_its_winner_under_the_plai
     monkeypatch.setenv(dispatch.BUDGET_ENV, "0")
     convtune.tune_on_first_use(True)
     try:
-        value, _ = dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu"))
+        value, _ = (lambda d: (d.value, d.source))(dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu")))
     finally:
         dispatch._tune = None
     kept = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"]
@@ -196,33 +198,33 @@ TRAIN_PIN = Meta(32, 16, 16, 4, 2)
 def test_a_training_call_runs_a_kernel_only_under_a_train_pin(pinned_on_h200):
     """A plain pin was measured on forward calls: in training its kernel gives way to torch, and the source says
     why; a "+train" pin's kernel runs; without gradients the plain pin decides as before."""
-    value, source = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+    value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu")))
     assert value == pins.TORCH and source.startswith("torch in training: pin NVIDIA H200 / implicit_gemm / " + KEY)
     assert "M16-N16-K16-w4-s2" in source and '"+train" pin' in source
-    assert dispatch.decide(P, H200, (9, 0), "ieee", False, torch.device("cpu"))[0] == pins.KernelPin(
+    assert dispatch.decide(P, H200, (9, 0), "ieee", False, torch.device("cpu")).value == pins.KernelPin(
         "implicit_gemm", PIN)
     pins.write_pin(pinned_on_h200, H200, "implicit_gemm", TRAIN_KEY, TRAIN_PIN, {"run_id": "r2"})
-    value, source = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+    value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu")))
     assert value == pins.KernelPin("implicit_gemm", TRAIN_PIN) and source.endswith(TRAIN_KEY)
 
 
 def test_a_plain_kernel_pin_in_the_overlay_or_a_family_runs_torch_in_training_without_a_contest(pinned_on_h200,
                                                                                                   caplog):
     with caplog.at_level(logging.INFO, logger="convtune.library.dispatch"):
-        value, source = dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu"))
+        value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu")))
     assert value == pins.TORCH and "torch in training: family pin NVIDIA H200" in source
     assert caplog.text == "" and not overlay.path_for(H100).exists()  # no forward contest for a training call
     pins.write_pin(overlay.path_for(H100), H100, "implicit_gemm", KEY, PIN, {"rule": "tuned on first use"})
-    value, source = dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu"))
+    value, source = (lambda d: (d.value, d.source))(dispatch.decide(P, H100, (9, 0), "ieee", True, torch.device("cpu")))
     assert value == pins.TORCH and source.startswith("torch in training: overlay ")
 
 
 def test_tune_model_s_switch_lets_training_calls_run_the_plain_pin_while_it_measures(pinned_on_h200):
     from convtune.library import functional
 
-    generation = functional.pins_generation
+    generation = dispatch.generation
     with dispatch.forward_pins_in_training():
-        value, _ = dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))
+        value, _ = (lambda d: (d.value, d.source))(dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu")))
         assert value == pins.KernelPin("implicit_gemm", PIN)
-    assert dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu"))[0] == pins.TORCH
-    assert functional.pins_generation == generation + 2  # cached decisions dropped on the way in and out
+    assert dispatch.decide(P, H200, (9, 0), "ieee", True, torch.device("cpu")).value == pins.TORCH
+    assert dispatch.generation == generation + 2  # cached decisions dropped on the way in and out

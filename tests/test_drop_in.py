@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import convtune
+from convtune.library import dispatch
 
 
 def layouts():
@@ -112,10 +113,10 @@ def test_what_no_kernel_takes_runs_torch_with_the_reason_at_debug_and_what_torch
 
 def test_the_kernel_path_refuses_what_torch_refuses_in_torchs_words_after_the_first_call_too(monkeypatch):
     from convtune.errors import ConfigError, InvalidConvolution
-    from convtune.library import functional
+    from convtune.library import dispatch, functional
 
     monkeypatch.setenv("CONVTUNE_UNPINNED", "kernel")  # the kernel runs: its checks are the subject
-    functional.forget_choices()
+    dispatch.forget()
     g = torch.Generator().manual_seed(2)
     x, w = torch.rand(1, 4, 6, 6, generator=g), torch.rand(4, 4, 3, 3, generator=g)
     ours = convtune.conv2d(x, w, torch.ones(4), padding=1)  # the signature's first call: planned and cached
@@ -139,7 +140,7 @@ def test_the_kernel_path_refuses_what_torch_refuses_in_torchs_words_after_the_fi
             F.conv2d(*args, **kwargs)
     with pytest.raises(ConfigError, match=r"^precision='fp8' is not allowed: one of \['tf32', "):
         convtune.conv2d(x, w, precision="fp8")
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_convert_with_an_example_input_leaves_the_models_state_as_it_was():
@@ -203,7 +204,7 @@ def test_under_autocast_the_module_gives_torchs_dtype_and_values(monkeypatch):
     its kernels are fp32, so autocast's calls take torch's own path."""
     from convtune import kernels
 
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # so that without autocast our kernel would run here
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # so that without autocast our kernel would run here
     torch.manual_seed(0)
     ref = torch.nn.Conv2d(3, 8, 3, padding=1)
     ours = convtune.nn.Conv2d(3, 8, 3, padding=1)

@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library import functional
+from convtune.library import dispatch, functional
 from convtune.errors import UnsupportedProblem
-from convtune.kernels import Meta, get_variant, pins
+from convtune.kernels import Meta, get_variant
+from convtune import pins
 from convtune.kernels.variants import fold_igemm as fi
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32
@@ -118,15 +119,15 @@ def test_a_pin_naming_fold_igemm_runs_it_for_either_layout(tmp_path, monkeypatch
     for inp, layout in ((x, "nchw"), (x.contiguous(memory_format=torch.channels_last), "channels_last")):
         key = f"n2-c3-h23-w27-k20-r7x7-s2x2-p3x3-d1x1-g1-bias-{layout}-float32/tf32"
         pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fold_igemm", Meta(16, 32, 16, 4, 2)), {})
-        functional.forget_choices()
+        dispatch.forget()
         before = inp.clone()
         out = convtune.conv2d(inp, w, b, stride=2, padding=3, precision="tf32")
-        [plan] = functional._plans.values()
+        [plan] = functional.cached_plans()
         assert isinstance(plan, fi.LaunchPlan)
         assert out.is_contiguous(memory_format=torch.channels_last if layout == "channels_last" else torch.contiguous_format)
         torch.testing.assert_close(out.double(), tf32_ref(inp, w, b, 2, 3), rtol=1e-5, atol=1e-5)
         assert torch.equal(inp, before)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 @pytest.mark.parametrize("out_cl", [False, True])
@@ -148,10 +149,10 @@ def test_a_pin_naming_fold_igemm_for_a_dilated_call_is_refused_in_one_line_that_
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     key = "n1-c3-h12-w12-k4-r3x3-s2x2-p0x0-d2x1-g1-nobias-nchw-float32/tf32"
     pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fold_igemm", Meta(16, 16, 16, 4, 2)), {})
-    functional.forget_choices()
+    dispatch.forget()
     with pytest.raises(UnsupportedProblem) as e:
         convtune.conv2d(torch.rand(1, 3, 12, 12), torch.rand(4, 3, 3, 3), None, stride=2, dilation=(2, 1))
     assert str(e.value) == (f"fold_igemm takes dilation 1 only, got [2, 1]: the kernel of pin interpreter / implicit_gemm / "
                             f"{key} in {f}; pin this call to another kernel or to torch")
-    assert not functional._plans
-    functional.forget_choices()
+    assert not functional.cached_plans()
+    dispatch.forget()

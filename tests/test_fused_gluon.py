@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library import functional
+from convtune.library import dispatch, functional
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
+from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
+from convtune import pins
 from convtune.kernels.variants import fused_gluon as fg
 from convtune.kernels.common import geometry
 from convtune.kernels.variants.fold_igemm import fold_weight
@@ -291,11 +292,11 @@ def test_a_pin_naming_fused_gluon_off_hopper_is_refused_in_one_line_that_names_t
     pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fused_gluon", META), {})
     assert pins.pinned(pins.entries(pins.load(f), "interpreter", "implicit_gemm")[key]) == pins.KernelPin("fused_gluon",
                                                                                                            META)
-    functional.forget_choices()
+    dispatch.forget()
     with pytest.raises(UnsupportedProblem) as e:
         convtune.conv2d(torch.rand(1, 3, 40, 40), torch.rand(8, 3, 11, 11), None, stride=4, padding=2, precision="tf32")
     assert str(e.value) == ("fused_gluon runs on a Hopper GPU only (got cpu): Gluon compiles for NVIDIA GPUs and the "
                             "Triton interpreter cannot run it; fold_igemm computes the same outputs: the kernel of pin "
                             f"interpreter / implicit_gemm / {key} in {f}; pin this call to another kernel or to torch")
-    assert not functional._plans
-    functional.forget_choices()
+    assert not functional.cached_plans()
+    dispatch.forget()

@@ -85,8 +85,8 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     import torch.nn.functional as F
 
     import convtune
-    from convtune.library import functional
-    from convtune.kernels import pins
+    from convtune.library import dispatch, functional
+    from convtune import pins
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
@@ -95,17 +95,17 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     y = layer(x.requires_grad_())
     assert type(y.grad_fn).__name__ == "ConvolutionBackward0"  # torch's autograd node, not convtune's operator
     torch.testing.assert_close(y, F.conv2d(x, layer.weight, layer.bias, (2, 1), (2, 1)), rtol=0, atol=0)
     assert layer._torch_for is not None  # the module's shortcut: the next call of this signature goes to torch directly
     torch.testing.assert_close(layer(x), y, rtol=0, atol=0)
-    functional.forget_choices()
-    assert layer._torch_for[3] != functional.pins_generation  # pins re-read: the shortcut no longer applies
+    dispatch.forget()
+    assert layer._torch_for[3] != dispatch.generation  # pins re-read: the shortcut no longer applies
     report = convtune.nn.convert(torch.nn.Sequential(layer), x.detach())
     assert report[0].runs.startswith("torch (pin "), report
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgotten_with_the_pins(tmp_path,
@@ -115,8 +115,9 @@ def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgott
     path with the same output; another layout, new pins, or a changed layer decide again. In training the +train
     pin decides."""
     import convtune
-    from convtune.kernels import Meta, pins
-    from convtune.library import functional
+    from convtune.kernels import Meta
+    from convtune import pins
+    from convtune.library import dispatch, functional
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(64, 128, 1).cuda()
@@ -128,7 +129,7 @@ def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgott
         pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", pins.pin_key(key, prec, training=train),
                        Meta(32, 32, 32, 4, 2), {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     with torch.no_grad():
         first = layer(x)
         assert layer._kernel_for is not None and layer._bound is None
@@ -141,11 +142,11 @@ def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgott
     y = layer(x)  # the parameters require gradients: a training call, decided by its +train pin
     y.sum().backward()
     assert layer.weight.grad is not None and layer._kernel_for[5] is True
-    functional.forget_choices()
-    assert layer._kernel_for[3] != functional.pins_generation  # pins re-read: the shortcut no longer applies
+    dispatch.forget()
+    assert layer._kernel_for[3] != dispatch.generation  # pins re-read: the shortcut no longer applies
     layer.padding = (0, 0)
     assert layer._kernel_for is None  # a layer attribute set: decide again
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_path, monkeypatch):
@@ -154,8 +155,8 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     import torch.nn.functional as F
 
     import convtune
-    from convtune.library import functional
-    from convtune.kernels import pins
+    from convtune.library import dispatch, functional
+    from convtune import pins
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
@@ -165,7 +166,7 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     expected = F.conv2d(x, layer.weight, layer.bias, (2, 1), (2, 1))
     y = layer(x)  # the layer's parameters require gradients: a training call
     assert type(y.grad_fn).__name__ == "ConvolutionBackward0" and torch.equal(y, expected)
@@ -175,7 +176,7 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     assert not torch.equal(y, expected)  # the kernel's output, not cuDNN's
     report = convtune.nn.convert(torch.nn.Sequential(layer), x)
     assert report[0].runs.startswith("convtune implicit_gemm ") and "; in training torch (pin " in report[0].runs, report
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(tmp_path, monkeypatch):
@@ -183,8 +184,8 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
     to torch.nn.Conv2d; one whose "+train" pin names a configuration, and one with no pin (the kernel's default),
     stay convtune's."""
     import convtune
-    from convtune.library import functional
-    from convtune.kernels import pins
+    from convtune.library import dispatch, functional
+    from convtune import pins
     from convtune.kernels.common import Meta
     from convtune.problem import ConvProblem
 
@@ -199,7 +200,7 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
                        (pins.pin_key(second, prec, training=True), Meta(32, 32, 32, 4, 2))):
         pins.write_pin(f, gpu, "implicit_gemm", key, value, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     with torch.no_grad():
         before = net(x)
     report = convtune.nn.convert(net, example_input=x, leave_torch_layers=True)
@@ -208,7 +209,7 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
     assert report[2].runs.startswith("convtune implicit_gemm "), str(report)
     with torch.no_grad():
         torch.testing.assert_close(net(x), before, rtol=1e-3, atol=1e-3)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_the_modules_bound_launch_matches_the_full_path_and_follows_every_change():

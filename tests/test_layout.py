@@ -15,20 +15,26 @@ THIRD_PARTY_BANNED = {
     "record": {"torch", "triton", "hydra", "omegaconf", "mlflow"},
     "hydra_plugins": set(),
     "library": {"mlflow", "hydra", "omegaconf", "matplotlib"},
+    "pins": {"mlflow", "hydra", "omegaconf", "matplotlib"},
     "commands": {"mlflow", "hydra", "omegaconf"},
     "launch": {"torch", "triton", "mlflow"},
 }
 CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
     "kernels": {"convtune.errors", "convtune.strict_yaml"},
-    "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config"},
+    "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config",
+                "convtune.pins"},
     "track": {"convtune.record", "convtune.interrupts", "convtune.errors"},
     "record": set(),
     # tune_model.py converts a model with the library and contests each shape as its first use would
     "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.setup",
-             "convtune.config", "convtune.problem", "convtune.errors", "convtune.library", "convtune.interrupts"},
+             "convtune.config", "convtune.problem", "convtune.errors", "convtune.library", "convtune.interrupts",
+             "convtune.pins"},
     "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
     # the first-use contest (library/dispatch.py) is the tracker's: its timing and the judge's check (measure/contest)
-    "library": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.measure", "convtune.config"},
+    "library": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.measure", "convtune.config",
+                "convtune.pins"},
+    # the pins file, its schema and the per-user overlay: data about kernels (a pin's Meta, the variants' names)
+    "pins": {"convtune.kernels", "convtune.errors", "convtune.strict_yaml"},
     # verify --first-use checks the library's first-use path
     "commands": {"convtune.kernels", "convtune.measure", "convtune.problem", "convtune.config", "convtune.errors",
                  "convtune.library"},
@@ -70,7 +76,8 @@ def test_each_room_imports_only_what_it_may(path):
 
 def test_every_room_is_checked():
     rooms = {room_of(p) for p in SRC.rglob("*.py")}
-    assert {"kernels", "measure", "track", "record", "tune", "hydra_plugins", "library", "commands", "launch"} <= rooms
+    assert {"kernels", "measure", "track", "record", "tune", "hydra_plugins", "library", "commands", "launch",
+            "pins"} <= rooms
 
 
 def _import_graph() -> dict[str, set[str]]:

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library import functional
+from convtune.library import dispatch, functional
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
+from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
+from convtune import pins
 from convtune.kernels.variants import nchw_1x1 as pw
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
@@ -192,11 +193,11 @@ def test_a_pin_naming_nchw_1x1_runs_it_in_the_library_and_gives_cudnns_rule(tmp_
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     key = "n2-c12-h4-w4-k6-r1x1-s1x1-p0x0-d1x1-g1-bias-nchw-float32/tf32"
     pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("nchw_1x1", META), {})
-    functional.forget_choices()
+    dispatch.forget()
     try:
         x, wt, b = torch.randn(2, 12, 4, 4), torch.randn(6, 12, 1, 1), torch.randn(6)
         out = convtune.conv2d(x, wt, b, precision="tf32")
-        assert [type(p) for p in functional._plans.values()] == [pw.LaunchPlan]
+        assert [type(p) for p in functional.cached_plans()] == [pw.LaunchPlan]
         torch.testing.assert_close(out.double(), _rule(x, wt, b), rtol=0, atol=2e-5)
     finally:
-        functional.forget_choices()
+        dispatch.forget()

@@ -15,9 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library import functional
+from convtune.library import dispatch, functional
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant, pins
+from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
+from convtune import pins
 from convtune.kernels.variants import nchw_igemm as ni
 from convtune.kernels.common import geometry
 from convtune.kernels.precision import round_to_tf32_even
@@ -183,11 +184,11 @@ def test_a_pin_naming_nchw_igemm_runs_it_in_the_library_and_gives_cudnns_rule(tm
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     key = "n2-c12-h4-w4-k6-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32"
     pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("nchw_igemm", META), {})
-    functional.forget_choices()
+    dispatch.forget()
     try:
         x, wt, b = torch.randn(2, 12, 4, 4), torch.randn(6, 12, 3, 3), torch.randn(6)
         out = convtune.conv2d(x, wt, b, padding=1, precision="tf32")
-        assert [type(p) for p in functional._plans.values()] == [ni.LaunchPlan]
+        assert [type(p) for p in functional.cached_plans()] == [ni.LaunchPlan]
         torch.testing.assert_close(out.double(), _rule(x, wt, b, 1), rtol=0, atol=5e-5)
     finally:
-        functional.forget_choices()
+        dispatch.forget()

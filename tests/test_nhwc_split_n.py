@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 import convtune
 from convtune import kernels
-from convtune.library import functional
-from convtune.kernels import Meta, pins
+from convtune.library import dispatch, functional
+from convtune.kernels import Meta
+from convtune import pins
 from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.variants import nhwc_split_n as sn
 from convtune.kernels.common import geometry
@@ -97,17 +98,17 @@ def test_a_pin_naming_nhwc_split_n_runs_it_through_the_library_in_either_layout(
     for inp, section, layout in ((x_cl.contiguous(), "implicit_gemm", "nchw"), (x_cl, "nhwc_igemm", "channels_last")):
         key = f"n2-c16-h9-w7-k24-r3x3-s1x1-p1x1-d1x1-g1-bias-{layout}-float32/tf32"
         pins.write_pin(f, "interpreter", section, key, pins.KernelPin("nhwc_split_n", m), {})
-        functional.forget_choices()
+        dispatch.forget()
         before = inp.clone()
         y = convtune.conv2d(inp, w, b, padding=1, precision="tf32")
-        [plan] = functional._plans.values()
+        [plan] = functional.cached_plans()
         assert isinstance(plan, sn.LaunchPlan) and plan.rounds and [p.n_count for p in plan.parts] == [16, 8]
         assert y.shape == (2, 24, 9, 7) and y.is_contiguous(
             memory_format=torch.channels_last if layout == "channels_last" else torch.contiguous_format)
         ref = F.conv2d(round_to_tf32_even(inp).double(), round_to_tf32_even(w).double(), b.double(), 1, 1)
         torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
         assert torch.equal(inp, before) and inp.stride() == before.stride()
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_it_is_a_library_kernel_the_tracker_sweeps_and_verify_draws():

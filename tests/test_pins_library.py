@@ -13,8 +13,9 @@ import torch.nn.functional as F
 import convtune
 from convtune.errors import ConfigError
 from convtune import kernels
-from convtune.library import functional
-from convtune.kernels import Meta, pins
+from convtune.library import dispatch, functional
+from convtune.kernels import Meta
+from convtune import pins
 from convtune.kernels.variants import implicit_gemm as ig
 from convtune.kernels.variants import nhwc_igemm as nhwc
 from convtune.measure.occupancy import HOPPER, occupancy, warps_to_try
@@ -114,7 +115,7 @@ def test_a_repeated_block_or_key_is_refused_naming_file_line_and_key(tmp_path):
 
 def test_a_self_referencing_alias_is_refused_in_one_line_by_the_file_the_overlay_and_promote(tmp_path, monkeypatch):
     """`pins: &a {x: *a}` was a RecursionError in the library and in promote."""
-    from convtune.library import overlay
+    from convtune.pins import overlay
 
     text = "pins: &a\n  interpreter: *a\n"
     f = tmp_path / "pins.yaml"
@@ -234,7 +235,7 @@ def test_a_crash_mid_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
 
 def test_two_concurrent_promotes_both_land(tmp_path):
     f = tmp_path / "pins.yaml"
-    code = ("import sys; from convtune.kernels.pins import write_pin; from convtune.kernels.common import Meta\n"
+    code = ("import sys; from convtune.pins import write_pin; from convtune.kernels.common import Meta\n"
             "for i in range(15): write_pin(__import__('pathlib').Path(sys.argv[1]), 'NVIDIA G', 'implicit_gemm', "
             "f'n{sys.argv[2]}{i}-c3-h8-w8-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32', Meta(32, 32, 32, 4, 2), "
             "{'i': i})\n")
@@ -268,8 +269,8 @@ def test_a_convtune_pins_that_names_no_file_is_refused_alike_on_every_call(tmp_p
     """A missing file once meant "no pins" silently, while /dev/null or a folder made every call raise."""
     from convtune.library import dispatch
 
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "torch")
-    functional.forget_choices()
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "torch")
+    dispatch.forget()
     x, w = torch.rand(1, 3, 8, 8), torch.rand(4, 3, 3, 3)
     for value, why in ((tmp_path / "missing.yaml", "no such file"), (tmp_path, "a folder"),
                        (os.devnull, "not a regular file")):
@@ -279,13 +280,13 @@ def test_a_convtune_pins_that_names_no_file_is_refused_alike_on_every_call(tmp_p
                 attempt()
             assert str(e.value) == (f"CONVTUNE_PINS={str(value)!r} names no pins file ({why}): point it at a pins "
                                     f"file, or unset it for the packaged pins ({pins.PACKAGE_PINS})")
-        functional.forget_choices()
+        dispatch.forget()
     f = tmp_path / "made.yaml"
     pins.create_empty(f)  # what tune_model.py makes before it points the library at a new pins_file
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     assert pins.load(pins.default_path()) == {"pins": {}}
-    assert dispatch.decide(kernels_problem(), "interpreter", None, "tf32", False, "cpu")[0] == pins.TORCH
-    functional.forget_choices()
+    assert dispatch.decide(kernels_problem(), "interpreter", None, "tf32", False, "cpu").value == pins.TORCH
+    dispatch.forget()
 
 
 def kernels_problem():
@@ -321,8 +322,8 @@ def test_conv2d_runs_a_kernel_only_where_this_gpu_has_an_exact_pin_and_torch_els
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY.replace("n2-", "n1-"), Meta(16, 32, 16, 2, 2), {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    monkeypatch.delenv(kernels.UNPINNED_ENV, raising=False)
-    functional.forget_choices()
+    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    dispatch.forget()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1))
@@ -337,7 +338,7 @@ def test_conv2d_runs_a_kernel_only_where_this_gpu_has_an_exact_pin_and_torch_els
             in caplog.text)
     torch.testing.assert_close(one, F.conv2d(x[:1], w, b, (2, 1), (2, 1)), rtol=0, atol=0)
     torch.testing.assert_close(nobias, F.conv2d(x, w, None, (2, 1), (2, 1)), rtol=0, atol=0)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_convtune_unpinned_kernel_runs_the_rules_kernel_at_the_nearest_pin_or_its_default(tmp_path, monkeypatch,
@@ -345,18 +346,18 @@ def test_convtune_unpinned_kernel_runs_the_rules_kernel_at_the_nearest_pin_or_it
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")
-    functional.forget_choices()
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")
+    dispatch.forget()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         convtune.conv2d(x[:1], w, b, stride=(2, 1), padding=(2, 1))  # batch 1: nearest pinned shape
         convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))  # no bias: another geometry → default
     assert "from nearest pin interpreter" in caplog.text and "implicit_gemm default" in caplog.text
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "fastest")
-    functional.forget_choices()
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "fastest")
+    dispatch.forget()
     with pytest.raises(ConfigError, match=r"CONVTUNE_UNPINNED='fastest' is not allowed: one of \['torch', 'kernel'\]"):
         convtune.conv2d(x, w, None, stride=(2, 1), padding=(2, 1))
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_a_torch_pin_is_read_written_and_found_as_the_nearest_pin(tmp_path):
@@ -376,14 +377,16 @@ def test_a_torch_pin_is_read_written_and_found_as_the_nearest_pin(tmp_path):
 
 
 def test_a_run_for_a_key_pinned_to_torch_measures_the_kernels_default(tmp_path):
-    from convtune.kernels import configured, configured_meta, get_variant
+    from convtune.kernels import get_variant
+    from convtune.library import dispatch
     from convtune.problem import ConvProblem
+    from convtune.setup import measured_config
 
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.TORCH, {})
     p, v = ConvProblem("tiny", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)), get_variant("implicit_gemm")
-    assert configured(v, f, "NVIDIA G", p, "tf32")[0] == pins.TORCH  # what the library runs
-    meta, source = configured_meta(v, f, "NVIDIA G", p, "tf32")  # what a sweep's run measures
+    assert dispatch.decide(p, "NVIDIA G", None, "tf32", files=[f], first_use_on=False).value == pins.TORCH
+    meta, source, runs = measured_config(v, False, [f], "NVIDIA G", None, p, "tf32")  # what a sweep's run measures
     assert meta == v.default_meta(20, 1, 17, "tf32") and source == f"implicit_gemm default (pin NVIDIA G / implicit_gemm / {KEY} runs torch)"
 
 
@@ -447,21 +450,21 @@ def test_a_pin_naming_the_other_kernel_routes_the_call_there_in_either_layout(tm
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     for inp, kernel, plan_type, layout in ((x, "nhwc_igemm", nhwc.LaunchPlan, torch.contiguous_format),
                                            (x_cl, "implicit_gemm", ig.LaunchPlan, torch.channels_last)):
-        functional.forget_choices()
+        dispatch.forget()
         caplog.clear()
         xr, wr = inp.detach().double().requires_grad_(), w.detach().double().requires_grad_()
         wg = w.clone().requires_grad_()
         with caplog.at_level("DEBUG", logger="convtune.library.functional"):
             y = convtune.conv2d(inp, wg, b, padding=1, precision="ieee")
         assert f"{kernel} M16-N32-K16-w2-s2 from pin interpreter / " in caplog.text, caplog.text
-        assert [type(p) for p in functional._plans.values()] == [plan_type]
+        assert [type(p) for p in functional.cached_plans()] == [plan_type]
         assert y.is_contiguous(memory_format=layout)
         ref = F.conv2d(xr, wr, b.double(), 1, 1)
         torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
         y.square().sum().backward()
         ref.square().sum().backward()
         torch.testing.assert_close(wg.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(tmp_path, monkeypatch):
@@ -481,9 +484,9 @@ def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(t
         for kernel in ("nhwc_igemm", "nhwc_preround"):
             value = m if kernel == section else pins.KernelPin(kernel, m)
             pins.write_pin(f, "interpreter", section, key, value, {})
-            functional.forget_choices()
+            dispatch.forget()
             outs[kernel] = convtune.conv2d(inp, w, b, padding=1, precision="tf32")
-            [plan] = functional._plans.values()
+            [plan] = functional.cached_plans()
             assert isinstance(plan, nhwc.LaunchPlan) and plan.input_rounded is (kernel == "nhwc_preround")
             assert plan.constexprs["ROUND_A"] is (kernel == "nhwc_igemm")  # who rounds: the kernel, or the copy
         assert torch.equal(outs["nhwc_preround"], outs["nhwc_igemm"]) and outs["nhwc_preround"].is_contiguous(
@@ -491,7 +494,7 @@ def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(t
         torch.testing.assert_close(outs["nhwc_preround"], tf32_conv(inp, w, b, 1, 1, nhwc.TF32_TIES), rtol=1e-5,
                                    atol=1e-5)
         assert torch.equal(inp, before) and inp.stride() == before.stride()
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
@@ -518,18 +521,18 @@ def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
 def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, caplog):
     """ieee, so torch's CPU convolution is what torch itself computes: the output is bitwise F.conv2d's with the
     torch pin, and our kernel's (equal within 1e-5, not bitwise) without it."""
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     f = tmp_path / "pins.yaml"
     ieee_key = KEY.replace("/tf32", "/ieee")
     pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key, pins.TORCH, {})
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     expected = F.conv2d(x, w, b, (2, 1), (2, 1))
-    functional.forget_choices()
+    dispatch.forget()
     ours = convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee")
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(ours, expected)  # so the bitwise equality below tells the two paths apart
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"), expected)
     assert f"torch from pin interpreter / implicit_gemm / {ieee_key}" in caplog.text
@@ -537,31 +540,31 @@ def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, 
     xg = x.clone().requires_grad_()
     y = convtune.conv2d(xg, w, b, stride=(2, 1), padding=(2, 1), precision="ieee")
     assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_under_torch_compile_the_pin_is_read_when_the_call_runs(tmp_path, monkeypatch):
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY.replace("/tf32", "/ieee"), pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     compiled = torch.compile(lambda x: convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"),
                              fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(x), F.conv2d(x, w, b, (2, 1), (2, 1)))
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_an_in_place_weight_update_is_seen_by_the_next_call(monkeypatch):
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
-    functional.forget_choices()
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
+    dispatch.forget()
     x, w = torch.rand(1, 3, 12, 16), torch.rand(8, 3, 3, 5)  # stride 2 on an even width: a packed weight
     first = convtune.conv2d(x, w, None, stride=2, padding=1)
     torch.testing.assert_close(first, tf32_conv(x, w, None, 2, 1), rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         w.mul_(-2.0)  # bumps w._version: the cached packed copy must not be reused
     torch.testing.assert_close(convtune.conv2d(x, w, None, stride=2, padding=1), -2 * first, rtol=1e-4, atol=1e-4)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 def test_nn_conv2d_is_a_drop_in():
@@ -603,12 +606,12 @@ def test_a_train_pin_is_found_only_for_training_keys_and_nearest_among_train_pin
 
 def test_where_a_train_pin_says_torch_calls_recording_gradients_run_torch_and_others_the_kernel(tmp_path, monkeypatch):
     """ieee, so torch's CPU convolution is bitwise F.conv2d's and the kernel's output is not (as above)."""
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     f = tmp_path / "pins.yaml"
     ieee_key = KEY.replace("/tf32", "/ieee")
     pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key + pins.TRAIN, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     x, w, b = torch.rand(2, 3, 19, 17), torch.rand(20, 3, 5, 5) - 0.5, torch.rand(20)
     expected = F.conv2d(x, w, b, (2, 1), (2, 1))
 
@@ -624,11 +627,11 @@ def test_where_a_train_pin_says_torch_calls_recording_gradients_run_torch_and_ot
         assert not torch.equal(call(trained), expected)  # the same weight, no gradients: the kernel again
     pins.write_pin(f, "interpreter", "implicit_gemm", ieee_key + pins.TRAIN, Meta(16, 32, 16, 2, 2), {},
                    expect=pins.TORCH)
-    functional.forget_choices()
+    dispatch.forget()
     y = call(trained)  # a train pin that names a configuration: the kernel, with gradients through ours
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(y, expected) and type(y.grad_fn).__name__ != "ConvolutionBackward0"
-    functional.forget_choices()
+    dispatch.forget()
 
 
 CL_KEY = "n2-c16-h9-w7-k20-r3x3-s1x1-p1x1-d1x1-g1-bias-channels_last-float32/ieee"
@@ -645,27 +648,27 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
     """The pins of each layout are their own: a torch pin for the channels_last key sends the channels_last call
     to torch (bitwise F.conv2d at ieee) and leaves the NCHW call of the same shape on implicit_gemm; a meta pin
     under nhwc_igemm configures the channels_last call."""
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     x, w, b = _cl_call()
     expected = F.conv2d(x, w, b, 1, 1)
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
-    functional.forget_choices()
+    dispatch.forget()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, padding=1, precision="ieee"), expected)
         nchw = convtune.conv2d(x.contiguous(), w, b, padding=1, precision="ieee")
     assert f"torch from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
     assert "implicit_gemm default" in caplog.text and nchw.is_contiguous() and not torch.equal(nchw, expected)
     pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, Meta(16, 32, 16, 2, 2), {})
-    functional.forget_choices()
+    dispatch.forget()
     caplog.clear()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, b, padding=1, precision="ieee")
     assert f"M16-N32-K16-w2-s2 from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
     assert y.is_contiguous(memory_format=torch.channels_last) and not torch.equal(y, expected)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
-    functional.forget_choices()
+    dispatch.forget()
 
 
 @pytest.mark.parametrize("channels,kernel", [(16, "nhwc_igemm"), (12, "implicit_gemm"), (18, "implicit_gemm")])
@@ -673,14 +676,14 @@ def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels
     """library_variant: 16 or more input channels, a multiple of 4 (nhwc_igemm's 16-byte loads and TMA); else
     implicit_gemm on an NCHW copy, which writes the channels_last output itself. Values, layout and gradients
     are torch's either way."""
-    monkeypatch.setenv(kernels.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # what an unpinned call runs is not the subject here
     assert kernels.library_variant("channels_last", channels) == kernel
     assert kernels.library_variant("nchw", channels) == "implicit_gemm"
     g = torch.Generator().manual_seed(channels)
     x = torch.rand(2, channels, 6, 5, generator=g).to(memory_format=torch.channels_last).requires_grad_()
     w = (torch.rand(7, channels, 3, 2, generator=g) - 0.5).requires_grad_()
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    functional.forget_choices()
+    dispatch.forget()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         y = convtune.conv2d(x, w, None, stride=(1, 2), padding=(1, 0), precision="ieee")
     assert f"from {kernel} default" in caplog.text, caplog.text
@@ -691,4 +694,4 @@ def test_a_channels_last_call_runs_nhwc_igemm_only_with_enough_channels(channels
     ref.square().sum().backward()
     torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(w.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
-    functional.forget_choices()
+    dispatch.forget()

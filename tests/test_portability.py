@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from convtune.kernels import LIBRARY_KERNELS, VARIANTS, choose, pins
-from convtune.library import dispatch
+from convtune.kernels import LIBRARY_KERNELS, VARIANTS
+from convtune import pins
+from convtune.library import dispatch, first_use
 from convtune.problem import ConvProblem
 from tests import preloaded
 
@@ -31,7 +32,7 @@ def _jobs():
         for layout in ("nchw", "channels_last"):
             q = dataclasses.replace(p, layout=layout)
             for cap, _ in TARGETS:
-                for c in dispatch.first_use_candidates(q, "tf32", (cap // 10, cap % 10), limit=99):
+                for c in first_use.candidates(q, "tf32", (cap // 10, cap % 10), limit=99):
                     jobs.append((c.kernel, q, c.meta.as_dict(), "tf32", False))
             for name in LIBRARY_KERNELS:
                 v = VARIANTS[name]
@@ -101,12 +102,12 @@ def test_on_an_sm89_gpu_the_packaged_pins_choose_torch_and_a_family_table_only_k
     for _, section, key in keys:
         p = _problem_of(key)
         precision = key.split("/")[1].removesuffix("+train")
-        assert choose(pins.PACKAGE_PINS, ada, p, precision, capability=(8, 9)).rule == "torch"
+        assert dispatch.decide(p, ada, (8, 9), precision, files=[pins.PACKAGE_PINS], first_use_on=False).rule == "torch"
     joined = tmp_path / "pins.yaml"
     joined.write_text(pins.PACKAGE_PINS.read_text().replace("gpus:\n", f"families:\n  ours:\n  - {ada}\n  - NVIDIA H200\n"
                                                              "gpus:\n", 1))
-    chosen = [choose(joined, ada, _problem_of(key), key.split("/")[1].removesuffix("+train"), capability=(8, 9))
-              for _, _, key in keys]
+    chosen = [dispatch.decide(_problem_of(key), ada, (8, 9), key.split("/")[1].removesuffix("+train"), files=[joined],
+                              first_use_on=False) for _, _, key in keys]
     named = {c.value.kernel for c in chosen if isinstance(c.value, pins.KernelPin)}
     assert named and all(VARIANTS[n].runs_on((8, 9)) for n in named), named
     assert any(c.rule == "family" for c in chosen)

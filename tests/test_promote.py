@@ -11,7 +11,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from convtune.errors import ConfigError
-from convtune.kernels import LIBRARY_KERNELS, VARIANTS, Meta, get_variant, pins
+from convtune.kernels import LIBRARY_KERNELS, VARIANTS, Meta, get_variant
+from convtune import pins
 from convtune.record import Identity, Status, undeclared
 from convtune.track.store import Tracker
 from convtune.tune.export import run_export
@@ -420,7 +421,7 @@ def test_a_cpu_promote_contests_the_kernels_alone_and_writes_the_overlay_not_the
     """On the interpreter torch "failed the check" at tf32 (its CPU result is fp32; the TF32 reference is emulated)
     and the key was pinned with `gain: null`, into the git-tracked src/convtune/pins.yaml, beside which the lock
     stayed. Logged numbers decide (promote.remeasure=false): nothing depends on the interpreter's timing."""
-    from convtune.library import overlay
+    from convtune.pins import overlay
 
     monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
     package = pins.PACKAGE_PINS.read_bytes()

@@ -13,7 +13,7 @@ import yaml
 from convtune.kernels import Meta
 from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.common import geometry, safe_stages
-from convtune.kernels.pins import default_path
+from convtune.pins import default_path
 
 
 @pytest.mark.parametrize("stages, steps, expected", [

@@ -33,7 +33,7 @@ def tune_model(tmp_path, store, *args):
 
 @pytest.mark.slow
 def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_on_there(tmp_path, store):
-    from convtune.kernels import pins
+    from convtune import pins
 
     r = tune_model(tmp_path, store)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -180,9 +180,9 @@ def pins_files(cfg: DictConfig, base: Path, gpu: str) -> tuple[Optional[Path], l
     pins_file= (relative to `base`, where the command was started) is both, alone. Without it, `gpu`'s per-user
     overlay is written and is read over the library's pins ($CONVTUNE_PINS, else the package's): pins a user's promote
     writes, and its lock, never land in the package's source. The write target is None where the overlay is off.
-    Call after activate(): importing convtune.kernels.pins imports the kernels package."""
-    from convtune.kernels.pins import default_path
-    from convtune.library import overlay
+    Call after activate(): importing convtune.pins imports the kernels package."""
+    from convtune.pins import default_path
+    from convtune.pins import overlay
 
     if cfg.pins_file:
         p = Path(cfg.pins_file).expanduser()
@@ -190,6 +190,28 @@ def pins_files(cfg: DictConfig, base: Path, gpu: str) -> tuple[Optional[Path], l
         return p, [p]
     mine = overlay.path_for(gpu)
     return mine, ([mine] if mine is not None else []) + [default_path()]
+
+
+def measured_config(variant: Any, library: bool, files: list[Path], gpu: str, capability: Optional[tuple[int, int]],
+                    problem: ConvProblem, precision: str) -> tuple[Any, str, Any]:
+    """(the configuration a run measures, where it comes from, the variant it runs). `kernel=library` measures what the
+    library would run for the problem (library/dispatch.decide with the files read and no first-use contest; a
+    family pin too: a run of it here is the tracker's measurement of it on this GPU): the kernel a pin names at its
+    configuration, or, where torch runs, the default variant at its default. A named variant measures its own pin,
+    the nearest pinned shape or its default (dispatch.configuration); where its pin says torch or another kernel, its
+    default, with the source saying what the library runs."""
+    from convtune import kernels, pins
+    from convtune.library import dispatch
+
+    if library:
+        d = dispatch.decide(problem, gpu, capability, precision, files=files, first_use_on=False)
+        if isinstance(d.value, pins.KernelPin):
+            return d.value.meta, d.source, kernels.get_variant(d.value.kernel)
+    value, source = dispatch.configuration(variant, files, gpu, problem, precision)
+    if isinstance(value, kernels.Meta):
+        return value, source, variant
+    default = kernels.default_meta(variant, problem, precision)
+    return default, f"{variant.name} default ({source} runs {pins.describe(value)})", variant
 
 
 def experiment_name(cfg: DictConfig, problem_name: str, device: str, problem_swept: bool = False) -> str:
@@ -270,7 +292,7 @@ class Setup:
         return self.variant.name if self.variant is not None else self.cfg.kernel.name
 
     def pin_key(self) -> str:
-        from convtune.kernels.pins import pin_key
+        from convtune.pins import pin_key
 
         return pin_key(self.identity().problem_key, self.precision)
 
@@ -520,17 +542,9 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
         s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
         gpu = cfg.promote.device_name or s.gpu
         s.pins_path, s.pins_read = pins_files(cfg, s.cwd, gpu)
-        # kernel=library measures what the library runs: the pin may name the other kernel (or torch: then the
-        # rule's kernel at its default, as configured_meta says)
-        # (a family pin too: a run of it here is the tracker's measurement of it on this GPU)
-        choice, source = kernels.library_choice(s.pins_read, gpu, s.problem, s.precision,
-                                                capability=capability_of(s.device_tags)) \
-            if cfg.kernel.name == kernels.LIBRARY else (None, "")
-        if isinstance(choice, kernels.pins.KernelPin):
-            s.variant, s.configured_meta, s.configured_source = kernels.get_variant(choice.kernel), choice.meta, source
-        else:
-            s.configured_meta, s.configured_source = kernels.configured_meta(s.variant, s.pins_read, gpu, s.problem,
-                                                                             s.precision)
+        s.configured_meta, s.configured_source, s.variant = measured_config(
+            s.variant, cfg.kernel.name == kernels.LIBRARY, s.pins_read, gpu, capability_of(s.device_tags), s.problem,
+            s.precision)
         s.meta = kernels.Meta.fill(s.given, s.configured_meta)
         s.meta_source = "explicit" if all(v is not None for v in s.given.values()) else s.configured_source
     except (ValueError, RuntimeError) as e:  # ConfigError, PinsError, UnsupportedProblem, a device mismatch

@@ -39,7 +39,7 @@ for i in range(24):
         first = layer(x)
         assert layer._bound is not None, i
         bound = layer(x)
-    choice, _ = convtune.library.functional.lookup(x, layer.weight, layer.bias is not None, s, p, 1, "ieee")
+    choice, _ = (lambda d: (d.value, d.source))(convtune.library.functional.decision(x, layer.weight, layer.bias is not None, s, p, 1, "ieee"))
     assert choice.kernel == "implicit_gemm", (i, choice)  # a bound launch is made for implicit_gemm plans only
     full = ig.launch(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach(), s, p, 1,
                      choice.meta, "ieee").out

@@ -21,8 +21,9 @@ os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random
 
 os.environ.setdefault("CONVTUNE_UNPINNED", "kernel")  # the kernels' paths through the library are the subject
 import convtune  # noqa: E402
-from convtune.library import functional  # noqa: E402
-from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant, pins  # noqa: E402
+from convtune.library import dispatch, functional  # noqa: E402
+from convtune import pins  # noqa: E402
+from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 random.seed(13)
@@ -59,7 +60,7 @@ def check(i: int) -> None:
               and get_variant(kernel).restricted_to is None]
     other = others[(i // 2) % len(others)]
     routed = i % 2 == 1
-    functional.forget_choices()  # so that the plans cached after the call are this call's
+    dispatch.forget()  # so that the plans cached after the call are this call's
     if routed:  # pin this key to the other kernel, at its default configuration
         problem = ConvProblem("", n, c, h, w, k, kh, kw, s, p, d, 1, b is not None, layout=call)
         meta = get_variant(other).default_meta(k, s[1], w, precision)
@@ -76,15 +77,15 @@ def check(i: int) -> None:
     for fmt in (torch.contiguous_format, torch.channels_last):
         assert ours.is_contiguous(memory_format=fmt) == theirs.is_contiguous(memory_format=fmt), f"{label}: layout {fmt}"
     worst_vs_torch[precision] = max(worst_vs_torch[precision], float((ours - theirs).detach().abs().max()))
-    value, source = functional.lookup(x, wt, b is not None, s, p, d, precision, grad)
+    value, source = (lambda d: (d.value, d.source))(functional.decision(x, wt, b is not None, s, p, d, precision, grad))
     assert value != pins.TORCH, f"{label}: pinned to torch ({source})"
     assert value.kernel == (other if routed else rule) and routed == source.startswith("pin "), \
         f"{label}: runs {value.kernel} ({source}), the rule says {rule}"
-    planned = [type(v).__module__.rsplit(".", 1)[-1] for v in functional._plans.values()]
+    planned = [type(v).__module__.rsplit(".", 1)[-1] for v in functional.cached_plans()]
     module = "nhwc_igemm" if value.kernel == "nhwc_preround" else value.kernel  # one launcher module for both
     assert planned == [module], f"{label}: planned {planned} for {value.kernel}"
     if module == "nhwc_igemm":  # who rounds the input for tf32: the copy (nhwc_preround) or the kernel
-        [plan] = functional._plans.values()
+        [plan] = functional.cached_plans()
         assert plan.input_rounded == (value.kernel == "nhwc_preround" and precision == "tf32"), label
     seen[(value.kernel, call, "pinned there" if routed else "by the rule")] += 1
     if grad:

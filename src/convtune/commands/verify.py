@@ -397,7 +397,7 @@ def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
     os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-verify-overlay-")
     os.environ[dispatch.BUDGET_ENV] = f"{budget_s:g}"
     dispatch.tune_on_first_use(True)
-    functional.forget_choices()
+    dispatch.forget()
     rng, dev = random.Random(seed), torch.device("cuda")
     lines, failures, kept = [], 0, {}
     for i in range(n):
@@ -405,7 +405,8 @@ def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
         p, x, w, b = case_tensors(case, dev)
         start = time.monotonic()
         try:
-            value, source = functional.lookup(x, w, b is not None, case.stride, case.padding, case.dilation, "tf32")
+            d = functional.decision(x, w, b is not None, case.stride, case.padding, case.dilation, "tf32")
+            value, source = d.value, d.source
             out = functional.conv2d(x, w, b, case.stride, case.padding, case.dilation)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - a call that raises is a failure of the library, reported

@@ -21,16 +21,17 @@ from typing import Any, Optional, Union
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
-from convtune.kernels import KernelVariant, get_variant, pins, torch_conv
+from convtune.kernels import KernelVariant, get_variant, torch_conv
+from convtune import pins
 from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
 from convtune.problem import ConvProblem
 
 log = logging.getLogger(__name__)
-_plans: dict[tuple[Any, ...], Any] = {}  # signature → a kernel's LaunchPlan, or pins.TORCH
-_torch_pinned_cache: dict[tuple[Any, ...], bool] = {}
-pins_generation = 0  # bumped by forget_choices: callers that cache a decision compare it
+# The library call's cache: a signature → its plan (a kernel's LaunchPlan, or pins.TORCH), or, for the torch
+# shortcut, whether its decision says torch. Made from dispatch's decisions and dropped with them (dispatch.forget).
+_calls: dict[tuple[Any, ...], Any] = {}
 _F32 = torch.float32
 
 
@@ -65,12 +66,11 @@ def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
     return "channels_last" if output_format(input, weight) is torch.channels_last else "nchw"
 
 
-def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-           precision: str, training: bool = False, layout: Optional[str] = None) -> tuple[Union[pins.KernelPin, str], str]:
-    """What the library runs for this call (a pins.KernelPin: the kernel and its configuration; or pins.TORCH) and
-    which rule decided it, and why (library/dispatch.py: overlay, pin, family pin verified here, tuned on first use,
-    torch). `training`: the call records gradients (records_gradients): it runs a kernel only under a "+train" pin.
-    `layout`: the call's (call_layout, read off x and weight if None)."""
+def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
+             precision: str, training: bool = False, layout: Optional[str] = None) -> dispatch.Decision:
+    """What the library runs for this call and why (library/dispatch.py decides: overlay, pin, family pin verified
+    here, tuned on first use, torch). `training`: the call records gradients (records_gradients): it runs a kernel
+    only under a "+train" pin. `layout`: the call's (call_layout, read off x and weight if None)."""
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
@@ -78,10 +78,10 @@ def lookup(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, p
     p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
     gpu = device_key(x)
     capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
-    value, source = dispatch.decide(p, gpu, capability, precision, training, x.device)
+    d = dispatch.decide(p, gpu, capability, precision, training, x.device)
     log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision, " (training)" if training else "",
-              pins.describe(value), source)
-    return value, source
+              pins.describe(d.value), d.source)
+    return d
 
 
 Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH
@@ -98,7 +98,8 @@ def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     _check(x, weight, bias, groups)
     g = geometry(x, weight, stride, padding, dilation)
-    value, source = lookup(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
+    d = decision(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
+    value, source = d.value, d.source
     if value == pins.TORCH:
         return pins.TORCH
     try:
@@ -142,13 +143,12 @@ def pinned_to_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     pins of each layout are their own; torch's convolution takes any layout natively). A call the kernel cannot
     take answers False, and the kernel's path then raises its precise error."""
     strides = None if input.is_contiguous() and weight.is_contiguous() else (input.stride(), weight.stride())
-    key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.dtype, weight.dtype, None if bias is None else bias.dtype,
-           training, strides)
-    hit = _torch_pinned_cache.get(key)
+    key = ("torch?", input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding),
+           _hashable(dilation), groups, precision, input.get_device(), input.dtype, weight.dtype,
+           None if bias is None else bias.dtype, training, strides)
+    hit = _calls.get(key)
     if hit is None:
-        hit = _torch_pinned_cache[key] = _looks_up_torch(input, weight, bias, stride, padding, dilation, groups,
-                                                         precision, training)
+        hit = _calls[key] = _looks_up_torch(input, weight, bias, stride, padding, dilation, groups, precision, training)
     return hit
 
 
@@ -158,7 +158,7 @@ def _looks_up_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[to
             t is not None and t.dtype is not _F32 for t in (input, weight, bias)):
         return False
     try:
-        return lookup(input, weight, bias is not None, stride, padding, dilation, precision, training)[0] == pins.TORCH
+        return decision(input, weight, bias is not None, stride, padding, dilation, precision, training).value == pins.TORCH
     except (ConfigError, UnsupportedProblem):  # not a problem the kernel takes: its own path says why
         return False
 
@@ -204,14 +204,14 @@ class Bound:
                  precision: str, call: Any, training: bool) -> None:
         self.shape, self.device, self.align = x.shape, x.get_device(), x.data_ptr() & 15
         self.weight, self.weight_ptr, self.bias = weight, weight.data_ptr(), bias
-        self.precision, self.generation, self.geometry = precision, pins_generation, geometry
+        self.precision, self.generation, self.geometry = precision, dispatch.generation, geometry
         self.call = call  # (x, weight, bias) → output
         self.training = training  # made for calls that record gradients, or for calls that do not
 
     def matches(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> bool:
         return (x.shape == self.shape and x.dtype is _F32 and x.is_contiguous() and x.get_device() == self.device
                 and x.data_ptr() & 15 == self.align and weight is self.weight and weight.data_ptr() == self.weight_ptr
-                and bias is self.bias and precision == self.precision and pins_generation == self.generation)
+                and bias is self.bias and precision == self.precision and dispatch.generation == self.generation)
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """conv2d for a call that `matches`."""
@@ -265,9 +265,9 @@ def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
                  dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
            groups, precision, input.get_device(), input.data_ptr() & 15, training, layout)
-    plan = _plans.get(key)
+    plan = _calls.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
+        plan = _calls[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
     return plan
 
 
@@ -409,12 +409,9 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     return out if fmt is torch.contiguous_format else out.contiguous(memory_format=fmt)
 
 
-def forget_choices() -> None:
-    """Drop cached plans and pin decisions (after the pins file changed in this process)."""
-    global pins_generation
-    _plans.clear()
-    _torch_pinned_cache.clear()
-    pins_generation += 1
+def cached_plans() -> list[Any]:
+    """The launch plans the library's calls made so far (their kernels' LaunchPlans; not the torch decisions)."""
+    return [v for k, v in _calls.items() if k[0] != "torch?" and v is not pins.TORCH]
 
 
-dispatch.on_rule_change.append(forget_choices)
+dispatch.on_forget.append(_calls.clear)  # one way to drop what the library decided: dispatch.forget()

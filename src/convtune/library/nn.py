@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
 from convtune.library import functional
-from convtune.library.functional import conv2d, default_precision, lookup
-from convtune.kernels.pins import TORCH
+from convtune.library import dispatch
+from convtune.library.functional import conv2d, decision, default_precision
+from convtune.pins import TORCH
 from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
 
@@ -70,7 +71,7 @@ class Conv2d(torch.nn.Conv2d):
         precision = functional.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
-        sig = (x.shape, x.dtype, x.device, functional.pins_generation, tf32, training)
+        sig = (x.shape, x.dtype, x.device, dispatch.generation, tf32, training)
         if sig == self._torch_for:
             return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1)
         kernel_sig = sig + (x.is_contiguous(), weight.dtype, None if bias is None else bias.dtype)
@@ -232,9 +233,10 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool]:
     if x is None:
         return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), False
     try:
-        value, source = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
-        in_training = lookup(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(),
-                             training=True)
+        d = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
+        value, source = d.value, d.source
+        t = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), training=True)
+        in_training = (t.value, t.source)
     except UnsupportedProblem as e:
         return f"torch: {e}", True
     # the source says which rule decided (library/dispatch.py), and why; a kernel's line names it and its configuration

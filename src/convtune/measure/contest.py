@@ -26,7 +26,7 @@ import torch
 from convtune.measure import ab, bench
 from convtune.measure.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta, torch_conv
-from convtune.kernels.pins import TORCH
+from convtune.pins import TORCH
 from convtune.measure.correctness import judge
 from convtune.measure.one_config import make_inputs, poisoned_output
 from convtune.problem import ConvProblem

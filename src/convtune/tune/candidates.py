@@ -1,6 +1,6 @@
 """A sweep of what could run a shape that no measurement covers yet (`+experiment=candidates`): each library kernel
 that runs on this GPU and takes the shape, at its default and at its default's num_stages neighbours (within its
-Space), the same list as tuning on first use tries (library/dispatch.first_use_candidates). Promote follows the
+Space), the same list as tuning on first use tries (library/first_use.candidates). Promote follows the
 sweep and contests the runs against torch, which the library runs for a key with no pin. tune_model.py runs it for
 every distinct convolution of a model.
 """
@@ -19,9 +19,9 @@ def candidate_configs(config: DictConfig) -> list[dict[str, object]]:
     """The sweep's configuration list (hydra.sweeper.configs_from): one entry a (kernel, configuration)."""
     setup = resolve(config)  # first: it settles whether the kernels load compiled or interpreted
     setup.raise_error()
-    from convtune.library.dispatch import first_use_candidates
+    from convtune.library.first_use import candidates
 
-    found = first_use_candidates(setup.problem, setup.precision, capability_of(setup.device_tags), LIMIT)
+    found = candidates(setup.problem, setup.precision, capability_of(setup.device_tags), LIMIT)
     if not found:
         from convtune.errors import ConfigError
 

@@ -150,8 +150,8 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
         raise ConfigError("device", choice, "cuda, on a CUDA GPU (pins are per GPU); device=interpreter is a dry run "
                                             "of the pipeline on the CPU, with CPU times")
     activate(device)  # before the kernels load: under the interpreter they run on the CPU
-    from convtune.kernels import pins
-    from convtune.library import overlay
+    from convtune import pins
+    from convtune.pins import overlay
 
     interpreted = device == INTERPRETER
     gpu = INTERPRETER if interpreted else torch.cuda.get_device_name()
@@ -213,9 +213,9 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
             tracker.log(run_id, tags={f"{Tag.DONE_PREFIX}{key}": decision,
                                       f"{Tag.PINNED_PREFIX}{key}": _held(target, gpu, s.problem, key)})
             print(f"{label}: {decision} ({time.monotonic() - t0:.0f} s)", flush=True)
-        from convtune.library import functional
+        from convtune.library import dispatch
 
-        functional.forget_choices()
+        dispatch.forget()
         table, numbers, dropped = end_to_end(model, x, cfg, shapes, precision, gpu, target)
         # a shape the model was not faster with now holds torch: what a resume compares the pins file with
         now_held = {f"{Tag.PINNED_PREFIX}{k}": _held(target, gpu, s.problem, k) for s in chosen
@@ -250,7 +250,8 @@ def _held(target: Path, gpu: str, problem: ConvProblem, key: str) -> str:
     """What the pins file `target` holds for `key` (in the section the library reads for `problem`), in words: a
     shape counts as decided on resume only where the file still holds what its decision left there (the overlay
     deleted, or another pins_file=, and it is decided again)."""
-    from convtune.kernels import library_variant, pins
+    from convtune.kernels import library_variant
+    from convtune import pins
 
     try:
         entry = pins.entries(pins.load(target), gpu, library_variant(problem.layout, problem.in_channels)).get(key)
@@ -340,8 +341,9 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     kernel shape gets its "+train" pin: its kernel where the train steps were faster with it, else torch."""
     import contextlib
 
-    from convtune.kernels import library_variant, pins
-    from convtune.library import dispatch, functional
+    from convtune.kernels import library_variant
+    from convtune import pins
+    from convtune.library import dispatch
     from convtune.measure import ab
     from convtune.library.nn import Conv2d as Ours, convert
 
@@ -385,7 +387,7 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
             kept -= set(s.layers)
     final = "converted"
     if dropped or (trial and kernel_shapes):  # the library as it now runs: its "+train" pins, outside the trial
-        functional.forget_choices()
+        dispatch.forget()
         times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
         rows.append(_row("final", times, "torch", len(convs), len(kept),
                          f"{len(dropped)} shape(s) handed to torch" if dropped else "as the library now runs it"))
@@ -409,7 +411,7 @@ def _training_pin(s: Shape, x: Any, gpu: str, precision: str) -> Any:
     from convtune.library import dispatch
 
     capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
-    return dispatch.decide(s.problem, gpu, capability, precision, True, x.device)[0]
+    return dispatch.decide(s.problem, gpu, capability, precision, True, x.device).value
 
 
 def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, ours: int, note: str = "") -> str:

@@ -79,7 +79,7 @@ def run_promote(cfg: DictConfig) -> int:
 
     p = cfg.promote
     if not p.dry_run:  # before the contest: its minutes are not spent on a decision that cannot be written
-        from convtune.kernels import pins
+        from convtune import pins
 
         if setup.pins_path is None:
             raise ConfigError("pins_file", None, "a path: without one promote writes this GPU's per-user overlay, and "
@@ -120,7 +120,7 @@ def run_promote(cfg: DictConfig) -> int:
     promoted = decision.promote and refusal is None and not p.dry_run
     diff = ""
     if promoted:
-        from convtune.kernels.pins import PinChanged
+        from convtune.pins import PinChanged
 
         try:
             diff = write_winner(setup, tracker, c, decision, remeasured)
@@ -151,11 +151,13 @@ def sweep_command(setup: Setup) -> str:
 
 def next_step(setup: Setup, tracker: Tracker, c: Contest, promoted: bool, run_id: str) -> str:
     """What changed in the pins, what the library now runs for the key on its GPU, and the decision's run."""
-    from convtune.kernels import choose, pins
+    from convtune import pins
+    from convtune.library import dispatch
     from convtune.track import dashboard
     from convtune.track.store import UI_DEFAULT
 
-    now = choose(setup.pins_read, c.gpu, setup.problem, setup.precision)
+    now = dispatch.decide(setup.problem, c.gpu, capability_of(setup.device_tags) if c.gpu == setup.gpu else None,
+                          setup.precision, files=setup.pins_read, first_use_on=False)
     runs = "torch's convolution" if now.value == pins.TORCH else f"convtune's {pins.describe(now.value)}"
     changed = (f"the pins file {setup.pins_path} now pins {c.key} on {c.gpu}" if promoted
                else f"the pins file {setup.pins_path} is unchanged")
@@ -185,7 +187,8 @@ def describe_kernels(setup: Setup) -> str:
 def gather(setup: Setup, tracker: Tracker) -> Contest:
     """The pin and the top-k candidates: the fastest logged run of each (kernel, configuration), stale sources
     ignored unless promote.allow_stale."""
-    from convtune.kernels import Meta, get_variant, pins
+    from convtune.kernels import Meta, get_variant
+    from convtune import pins
     from convtune.measure.contest import Contender
 
     p = setup.cfg.promote
@@ -247,7 +250,7 @@ def _logged_torch_ms(runs: list[RunView]) -> Optional[float]:
 
 def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, remeasured: bool) -> str:
     """Write the winner's pin with its provenance, mark its run promoted; returns the pins file's diff."""
-    from convtune.kernels import pins
+    from convtune import pins
 
     w, path, here, section = decision.winner, setup.pins_path, setup.device_tags, setup.pin_variant
     value = pins.TORCH if w.meta == pins.TORCH else pins.in_section(pins.KernelPin(w.kernel.name, w.meta), section.name)

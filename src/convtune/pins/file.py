@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import yaml
 from filelock import FileLock
 
-from convtune.kernels import pins_schema as schema
+from convtune.pins import schema
 from convtune.kernels.common import Meta
 
 PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"

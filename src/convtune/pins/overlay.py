@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from convtune.kernels import pins
+from convtune.pins import file as pins
 
 log = logging.getLogger(__name__)
 ENV = "CONVTUNE_OVERLAY_DIR"

@@ -1,0 +1,16 @@
+"""The pins: tuned configurations as data. `pins.yaml` in the package (what a GPU's promotes measured), read strictly
+and written one entry at a time (file.py), its schema (schema.py), and this user's overlay per GPU (overlay.py: what
+first use or a promote without pins_file= proved here). What the library runs for a call is decided from them in
+library/dispatch.py, and nowhere else.
+"""
+
+from convtune.pins.file import (END, ENV_VAR, HEADER, PACKAGE_PINS, TORCH, TRAIN, UNCHECKED, KernelPin, Pinned,
+                                PinChanged, PinsError, Source, as_entry, capability_of, check_writable, create_empty,
+                                default_path, describe, entries, family_sources, find, in_section, kernel_names, load,
+                                load_layers, lookup, parse, pin_key, pinned, write_pin)
+from convtune.pins.file import Meta  # a pin's configuration type (kernels' Meta), for readers of pins alone
+
+__all__ = ["END", "ENV_VAR", "HEADER", "PACKAGE_PINS", "TORCH", "TRAIN", "UNCHECKED", "KernelPin", "Meta", "Pinned",
+           "PinChanged", "PinsError", "Source", "as_entry", "capability_of", "check_writable", "create_empty",
+           "default_path", "describe", "entries", "family_sources", "find", "in_section", "kernel_names", "load",
+           "load_layers", "lookup", "parse", "pin_key", "pinned", "write_pin"]
