@@ -292,8 +292,9 @@ def case_symlinked_pins(work: Path, template: Path) -> dict:
              "promote.min_gain=0", "promote.confidence=0.5"], work, entry="promote.py")
     from convtune import pins
 
-    entry = pins.entries(pins.load(real), "interpreter", "implicit_gemm").get(PIN_KEY) or {}
-    lost = int(not link.is_symlink() or (("decision: PROMOTE" in r.stdout) and entry.get("meta", {}).get("BLOCK_M") == 16))
+    value = pins.pinned_value(pins.load(real), "interpreter", PIN_KEY)
+    lost = int(not link.is_symlink() or ("decision: PROMOTE" in r.stdout and value == pins.KernelPin(
+        "implicit_gemm", pins.Meta(16, 16, 16, 4, 2))))
     return row("pins file behind a symbolic link (promote)", r, statuses(store).count("RUNNING"), lost,
                f"link kept: {link.is_symlink()}", expect_ok=True)
 
@@ -318,8 +319,8 @@ def case_tune_model_resume_without_its_pins(work: Path, template: Path) -> dict:
     (model_run,) = [x for e in c.search_experiments() for x in c.search_runs([e.experiment_id])
                     if x.data.tags.get("kind") == "tune_model"]
     held = {k[len("pinned/"):]: v for k, v in model_run.data.tags.items() if k.startswith("pinned/")}
-    now = pins.entries(pins.load(pins_file), "interpreter", "implicit_gemm")
-    lost = sum(v != (pins.describe(pins.pinned(now[k])) if k in now else "none") for k, v in held.items())
+    data = pins.load(pins_file)
+    lost = sum(v != pins.describe(pins.pinned_value(data, "interpreter", k)) for k, v in held.items())
     return row("tune_model resumed after its pins file was deleted", r, statuses(store).count("RUNNING"), lost,
                f"{r.stdout.count('decided again')} shape(s) decided again", expect_ok=True)
 

@@ -54,8 +54,8 @@ def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_o
     assert value in (pins.TORCH, pins.KernelPin("implicit_gemm", PIN)) and verdict in source
     assert "M16-N16-K16-w4-s2" in source and "torch" in source  # the contest's numbers, or why it lost
     assert "family pin NVIDIA H200" in caplog.text and "kept in" in caplog.text
-    entry = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"][KEY]
-    assert pins.pinned(entry) == (pins.TORCH if value == pins.TORCH else PIN)
+    entry = pins.pin_for(pins.load(overlay.path_for(H100)), H100, KEY)[1]
+    assert pins.pinned_value(pins.load(overlay.path_for(H100)), H100, KEY) == value
     prov = entry["provenance"]
     assert prov["rule"] == f"family pin of NVIDIA H200, {verdict}" and prov["from_gpu"] == H200
     assert prov["family_pin"] == "implicit_gemm M16-N16-K16-w4-s2" and prov["seconds"] >= 0 and prov["reason"]
@@ -172,7 +172,7 @@ def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_
         dispatch._tune = None
     assert source.startswith("tuned on first use on NVIDIA H100 80GB HBM3")
     assert f"budget of 0 s spent after 1 of {len(candidates)}" in source
-    entry = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"][pins.pin_key(other.key(), "ieee")]
+    entry = pins.pin_for(pins.load(overlay.path_for(H100)), H100, pins.pin_key(other.key(), "ieee"))[1]
     assert entry["provenance"]["rule"] == "tuned on first use" and entry["provenance"]["candidates"] == len(candidates)
     assert "tuned" in caplog.text and "candidates" in caplog.text
 
@@ -187,8 +187,8 @@ def test_tuning_on_first_use_for_a_training_call_keeps_its_winner_under_the_plai
         value, _ = (lambda d: (d.value, d.source))(dispatch.decide(other, H100, (9, 0), "ieee", True, torch.device("cpu")))
     finally:
         dispatch._tune = None
-    kept = pins.load(overlay.path_for(H100))["pins"][H100]["implicit_gemm"]
-    assert list(kept) == [pins.pin_key(other.key(), "ieee")] and value == pins.TORCH
+    kept = [k for section in pins.load(overlay.path_for(H100))["pins"][H100].values() for k in section]
+    assert kept == [pins.pin_key(other.key(), "ieee")] and value == pins.TORCH
 
 
 TRAIN_KEY = pins.pin_key(P.key(), "ieee", training=True)

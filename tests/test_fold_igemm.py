@@ -152,7 +152,7 @@ def test_a_pin_naming_fold_igemm_for_a_dilated_call_is_refused_in_one_line_that_
     dispatch.forget()
     with pytest.raises(UnsupportedProblem) as e:
         convtune.conv2d(torch.rand(1, 3, 12, 12), torch.rand(4, 3, 3, 3), None, stride=2, dilation=(2, 1))
-    assert str(e.value) == (f"fold_igemm takes dilation 1 only, got [2, 1]: the kernel of pin interpreter / implicit_gemm / "
+    assert str(e.value) == (f"fold_igemm takes dilation 1 only, got [2, 1]: the kernel of pin interpreter / fold_igemm / "
                             f"{key} in {f}; pin this call to another kernel or to torch")
     assert not functional.cached_plans()
     dispatch.forget()

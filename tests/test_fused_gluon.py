@@ -290,13 +290,12 @@ def test_a_pin_naming_fused_gluon_off_hopper_is_refused_in_one_line_that_names_t
     monkeypatch.setenv(pins.ENV_VAR, str(f))
     key = "n1-c3-h40-w40-k8-r11x11-s4x4-p2x2-d1x1-g1-nobias-nchw-float32/tf32"
     pins.write_pin(f, "interpreter", "implicit_gemm", key, pins.KernelPin("fused_gluon", META), {})
-    assert pins.pinned(pins.entries(pins.load(f), "interpreter", "implicit_gemm")[key]) == pins.KernelPin("fused_gluon",
-                                                                                                           META)
+    assert pins.pinned_value(pins.load(f), "interpreter", key) == pins.KernelPin("fused_gluon", META)
     dispatch.forget()
     with pytest.raises(UnsupportedProblem) as e:
         convtune.conv2d(torch.rand(1, 3, 40, 40), torch.rand(8, 3, 11, 11), None, stride=4, padding=2, precision="tf32")
     assert str(e.value) == ("fused_gluon runs on a Hopper GPU only (got cpu): Gluon compiles for NVIDIA GPUs and the "
                             "Triton interpreter cannot run it; fold_igemm computes the same outputs: the kernel of pin "
-                            f"interpreter / implicit_gemm / {key} in {f}; pin this call to another kernel or to torch")
+                            f"interpreter / fused_gluon / {key} in {f}; pin this call to another kernel or to torch")
     assert not functional.cached_plans()
     dispatch.forget()

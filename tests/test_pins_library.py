@@ -67,7 +67,7 @@ K1 = key(1)
      "an integer"),
     # issue 46: a misspelt section, GPU, field or key is refused with the closest valid name, never read as "no pins"
     (f"pins:\n  NVIDIA G:\n    implicit_gemmm:\n      {K1}: {{meta: {META_TEXT}}}\n",
-     r"'implicit_gemmm' is not a kernel variant \(did you mean 'implicit_gemm'\?\)"),
+     r"'implicit_gemmm' is not a kernel variant or 'torch' \(did you mean 'implicit_gemm'\?\)"),
     (f"pins:\n  interpeter:\n    implicit_gemm:\n      {K1}: {{meta: {META_TEXT}}}\n",
      r"pins / 'interpeter' is not a GPU: .* \(did you mean 'interpreter'\?\)"),
     (f"pins:\n  NVIDIA G:\n    implicit_gemm:\n      {K1}: {{meta: {META_TEXT}, provenence: {{}}}}\n",
@@ -199,11 +199,11 @@ def test_a_pin_replaced_meanwhile_is_not_written_over(tmp_path):
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", k, first, {"run_id": "r1"}, expect=None)  # none pinned: as expected
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", k, second, {"run_id": "r2"}, expect=first)
     before = f.read_text()
-    with pytest.raises(pins.PinChanged, match=rf"the pin for NVIDIA G / implicit_gemm / {re.escape(k)} changed while "
-                                              r"this ran \(M32-N32-K32-w4-s2 → M64-N64-K32-w4-s2 by run r2\); nothing "
-                                              r"written"):
+    with pytest.raises(pins.PinChanged, match=rf"the pin for NVIDIA G / {re.escape(k)} changed while this ran "
+                                              r"\(implicit_gemm M32-N32-K32-w4-s2 → implicit_gemm M64-N64-K32-w4-s2 by "
+                                              r"run r2\); nothing written"):
         pins.write_pin(f, "NVIDIA G", "implicit_gemm", k, mine, {"run_id": "r3"}, expect=first)  # decided against `first`
-    with pytest.raises(pins.PinChanged, match=r"\(none → M64-N64-K32-w4-s2 by run r2\)"):
+    with pytest.raises(pins.PinChanged, match=r"\(none → implicit_gemm M64-N64-K32-w4-s2 by run r2\)"):
         pins.write_pin(f, "NVIDIA G", "implicit_gemm", k, mine, {"run_id": "r3"}, expect=None)
     assert f.read_text() == before
 
@@ -262,7 +262,7 @@ def test_a_symlinked_pins_file_is_written_through_and_locked_at_its_target(tmp_p
     dangling = links / "new.yaml"  # a link whose target does not exist yet: the target is created
     dangling.symlink_to(real.parent / "new.yaml")
     pins.write_pin(dangling, "NVIDIA G", "implicit_gemm", key(3), pins.TORCH, {})
-    assert dangling.is_symlink() and key(3) in pins.load(real.parent / "new.yaml")["pins"]["NVIDIA G"]["implicit_gemm"]
+    assert dangling.is_symlink() and key(3) in pins.load(real.parent / "new.yaml")["pins"]["NVIDIA G"][pins.TORCH]
 
 
 def test_a_convtune_pins_that_names_no_file_is_refused_alike_on_every_call(tmp_path, monkeypatch):
@@ -360,20 +360,21 @@ def test_convtune_unpinned_kernel_runs_the_rules_kernel_at_the_nearest_pin_or_it
     dispatch.forget()
 
 
-def test_a_torch_pin_is_read_written_and_found_as_the_nearest_pin(tmp_path):
+def test_a_torch_pin_is_filed_under_torch_read_written_and_replaced_like_any_pin(tmp_path):
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.TORCH, {"run_id": None})
-    entry = pins.load(f)["pins"]["NVIDIA G"]["implicit_gemm"][KEY]
-    assert entry == {"backend": "torch", "provenance": {"run_id": None}}
+    assert pins.load(f)["pins"]["NVIDIA G"] == {pins.TORCH: {KEY: {"provenance": {"run_id": None}}}}
     default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
-    assert pins.lookup(pins.load(f), "NVIDIA G", "implicit_gemm", KEY, default) == (pins.TORCH, f"pin NVIDIA G / implicit_gemm / {KEY}")
+    assert pins.lookup(pins.load(f), "NVIDIA G", "implicit_gemm", KEY, default) == (pins.TORCH, f"pin NVIDIA G / torch / {KEY}")
+    # another batch of the same geometry: the kernel's own nearest configuration, else its default (never torch's)
     value, src = pins.lookup(pins.load(f), "NVIDIA G", "implicit_gemm", KEY.replace("n2-", "n8-"), default)
-    assert value == pins.TORCH and src.startswith("nearest pin")  # another batch of the same geometry
+    assert value == Meta(16, 16, 16, 4, 1) and src == "implicit_gemm default (no pin for NVIDIA G)"
     # replacing it is a compare-and-swap like any pin: expecting a configuration where torch is pinned fails
-    with pytest.raises(pins.PinChanged, match=r"M16-N16-K16-w4-s1 → torch"):
+    with pytest.raises(pins.PinChanged, match=r"implicit_gemm M16-N16-K16-w4-s1 → torch"):
         pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, Meta(32, 32, 32, 4, 2), {}, expect=Meta(16, 16, 16, 4, 1))
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, Meta(32, 32, 32, 4, 2), {}, expect=pins.TORCH)
-    assert pins.load(f)["pins"]["NVIDIA G"]["implicit_gemm"][KEY]["meta"] == Meta(32, 32, 32, 4, 2).as_dict()
+    assert pins.load(f)["pins"]["NVIDIA G"] == {"implicit_gemm": {KEY: {"meta": Meta(32, 32, 32, 4, 2).as_dict(),
+                                                                       "provenance": {}}}}  # moved, not copied
 
 
 def test_a_run_for_a_key_pinned_to_torch_measures_the_kernels_default(tmp_path):
@@ -387,7 +388,7 @@ def test_a_run_for_a_key_pinned_to_torch_measures_the_kernels_default(tmp_path):
     p, v = ConvProblem("tiny", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)), get_variant("implicit_gemm")
     assert dispatch.decide(p, "NVIDIA G", None, "tf32", files=[f], first_use_on=False).value == pins.TORCH
     meta, source, runs = measured_config(v, False, [f], "NVIDIA G", None, p, "tf32")  # what a sweep's run measures
-    assert meta == v.default_meta(20, 1, 17, "tf32") and source == f"implicit_gemm default (pin NVIDIA G / implicit_gemm / {KEY} runs torch)"
+    assert meta == v.default_meta(20, 1, 17, "tf32") and source == f"implicit_gemm default (pin NVIDIA G / torch / {KEY} runs torch)"
 
 
 @pytest.mark.parametrize("entry", [{"backend": "cudnn"}, {"backend": "torch", "meta": Meta(32, 32, 32, 4, 2).as_dict()}])
@@ -398,24 +399,34 @@ def test_a_pin_naming_another_backend_or_both_is_refused(tmp_path, entry):
         pins.load(f)
 
 
-def test_a_pin_that_names_another_kernel_is_written_read_and_found_as_the_nearest_pin(tmp_path):
-    """A promote of kernel=library may find the other kernel faster for a key: the entry under the rule's kernel
-    then names it ({kernel, meta}); a KernelPin of the section's own kernel is stored as a plain meta."""
+def test_a_pin_is_filed_under_the_kernel_it_names_and_an_older_files_entries_are_read_as_theirs(tmp_path):
+    """A promote of kernel=library may find another kernel faster for a key: its pin is filed under that kernel's own
+    section. A file written before (an entry under the default variant's section naming its kernel, or saying
+    `backend: torch`) is read as that kernel's or torch's, and its next write files every entry under its own."""
     f, m = tmp_path / "pins.yaml", Meta(64, 64, 32, 4, 3)
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.KernelPin("nhwc_igemm", m), {"run_id": "r1"})
-    entry = pins.load(f)["pins"]["NVIDIA G"]["implicit_gemm"][KEY]
-    assert entry == {"kernel": "nhwc_igemm", "meta": m.as_dict(), "provenance": {"run_id": "r1"}}
+    assert pins.load(f)["pins"]["NVIDIA G"] == {"nhwc_igemm": {KEY: {"meta": m.as_dict(), "provenance": {"run_id": "r1"}}}}
     default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
     assert pins.lookup(pins.load(f), "NVIDIA G", "implicit_gemm", KEY, default) == (
-        pins.KernelPin("nhwc_igemm", m), f"pin NVIDIA G / implicit_gemm / {KEY}")
-    value, src = pins.lookup(pins.load(f), "NVIDIA G", "implicit_gemm", KEY.replace("n2-", "n8-"), default)
-    assert value == pins.KernelPin("nhwc_igemm", m) and src.startswith("nearest pin")
-    assert pins.describe(value) == "nhwc_igemm M64-N64-K32-w4-s3"
-    with pytest.raises(pins.PinChanged, match=r"M64-N64-K32-w4-s3 → nhwc_igemm M64-N64-K32-w4-s3"):
+        pins.KernelPin("nhwc_igemm", m), f"pin NVIDIA G / nhwc_igemm / {KEY}")  # what implicit_gemm's run is told
+    assert pins.lookup(pins.load(f), "NVIDIA G", "nhwc_igemm", KEY.replace("n2-", "n8-"), default) == (
+        m, f"nearest pin NVIDIA G / nhwc_igemm / {KEY}")  # nhwc_igemm's own configuration of a nearby shape
+    assert pins.describe(pins.pinned_value(pins.load(f), "NVIDIA G", KEY)) == "nhwc_igemm M64-N64-K32-w4-s3"
+    with pytest.raises(pins.PinChanged, match=r"implicit_gemm M64-N64-K32-w4-s3 → nhwc_igemm M64-N64-K32-w4-s3"):
         pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.TORCH, {}, expect=m)  # the same meta, another kernel
-    pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.KernelPin("implicit_gemm", m), {},
-                   expect=pins.KernelPin("nhwc_igemm", m))
-    assert pins.load(f)["pins"]["NVIDIA G"]["implicit_gemm"][KEY] == {"meta": m.as_dict(), "provenance": {}}
+    pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, m, {}, expect=pins.KernelPin("nhwc_igemm", m))
+    assert pins.load(f)["pins"]["NVIDIA G"] == {"implicit_gemm": {KEY: {"meta": m.as_dict(), "provenance": {}}}}
+    older = tmp_path / "older.yaml"  # as a promote wrote it before pins were filed under the kernel they name
+    older.write_text(yaml.safe_dump({"pins": {"NVIDIA G": {"implicit_gemm": {
+        KEY: {"kernel": "nhwc_igemm", "meta": m.as_dict()}, key(1): {"backend": "torch"},
+        key(2): {"meta": Meta(32, 32, 32, 4, 2).as_dict()}}}}}))
+    data = pins.load(older)
+    assert (pins.pinned_value(data, "NVIDIA G", KEY), pins.pinned_value(data, "NVIDIA G", key(1)),
+            pins.pinned_value(data, "NVIDIA G", key(2))) == (pins.KernelPin("nhwc_igemm", m), pins.TORCH,
+                                                              pins.KernelPin("implicit_gemm", Meta(32, 32, 32, 4, 2)))
+    pins.write_pin(older, "NVIDIA G", "implicit_gemm", key(3), pins.TORCH, {})
+    assert {s: sorted(k) for s, k in yaml.safe_load(older.read_text())["pins"]["NVIDIA G"].items()} == {
+        "nhwc_igemm": [KEY], pins.TORCH: sorted([key(1), key(3)]), "implicit_gemm": [key(2)]}
 
 
 @pytest.mark.parametrize("entry,words", [
@@ -509,10 +520,10 @@ def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
     s = resolve(compose("problem=tiny", "kernel=library", f"pins_file={f}"))
     s.raise_error()
     assert (s.variant.name, s.pin_variant.name, s.meta) == ("nhwc_igemm", "implicit_gemm", m)
-    assert s.meta_source == f"pin interpreter / implicit_gemm / {KEY}" and s.kernel_name == "nhwc_igemm"
+    assert s.meta_source == f"pin interpreter / nhwc_igemm / {KEY}" and s.kernel_name == "nhwc_igemm"
     s = resolve(compose("problem=tiny", "kernel=implicit_gemm", f"pins_file={f}"))  # the kernel named: its default
     assert s.variant.name == "implicit_gemm" and s.meta == s.variant.default_meta(20, 1, 17, "tf32")
-    assert s.meta_source == f"implicit_gemm default (pin interpreter / implicit_gemm / {KEY} runs nhwc_igemm M16-N32-K16-w2-s2)"
+    assert s.meta_source == f"implicit_gemm default (pin interpreter / nhwc_igemm / {KEY} runs nhwc_igemm M16-N32-K16-w2-s2)"
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY, pins.TORCH, {})
     s = resolve(compose("problem=tiny", "kernel=library", f"pins_file={f}"))
     assert s.variant.name == "implicit_gemm" and s.meta_source.endswith("runs torch)")
@@ -535,7 +546,7 @@ def test_where_the_pin_says_torch_the_library_runs_torch(tmp_path, monkeypatch, 
     dispatch.forget()
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, stride=(2, 1), padding=(2, 1), precision="ieee"), expected)
-    assert f"torch from pin interpreter / implicit_gemm / {ieee_key}" in caplog.text
+    assert f"torch from pin interpreter / torch / {ieee_key}" in caplog.text
     # gradients are torch's own (no convtune operator in the graph)
     xg = x.clone().requires_grad_()
     y = convtune.conv2d(xg, w, b, stride=(2, 1), padding=(2, 1), precision="ieee")
@@ -593,14 +604,16 @@ def test_occupancy_arithmetic_on_known_figures():
 def test_a_train_pin_is_found_only_for_training_keys_and_nearest_among_train_pins():
     train = pins.pin_key(KEY.rpartition("/")[0], "tf32", training=True)
     assert train == KEY + "+train"
+    other_train = train.replace("n2-", "n4-")
     data = {"pins": {"NVIDIA G": {"implicit_gemm": {KEY: {"meta": Meta(32, 32, 32, 4, 2).as_dict()},
-                                            train: {"backend": "torch"}}}}}
+                                                    other_train: {"meta": Meta(64, 32, 32, 4, 2).as_dict()}},
+                                  pins.TORCH: {train: {}}}}}
     default = lambda: Meta(16, 16, 16, 4, 1)  # noqa: E731
     assert pins.lookup(data, "NVIDIA G", "implicit_gemm", KEY, default)[0] == Meta(32, 32, 32, 4, 2)  # forward: its own pin
-    assert pins.find(data, "NVIDIA G", "implicit_gemm", train) == (pins.TORCH, f"pin NVIDIA G / implicit_gemm / {train}")
+    assert pins.find(data, "NVIDIA G", "implicit_gemm", train) == (pins.TORCH, f"pin NVIDIA G / torch / {train}")
     value, source = pins.find(data, "NVIDIA G", "implicit_gemm", train.replace("n2-", "n8-"))
-    assert value == pins.TORCH and source.startswith("nearest pin") and source.endswith("+train")
-    del data["pins"]["NVIDIA G"]["implicit_gemm"][train]
+    assert value == Meta(64, 32, 32, 4, 2) and source == f"nearest pin NVIDIA G / implicit_gemm / {other_train}"
+    del data["pins"]["NVIDIA G"][pins.TORCH], data["pins"]["NVIDIA G"]["implicit_gemm"][other_train]
     assert pins.find(data, "NVIDIA G", "implicit_gemm", train) is None  # a forward pin never answers a training key
 
 
@@ -658,7 +671,7 @@ def test_a_channels_last_call_runs_nhwc_igemm_under_its_own_pins_and_an_nchw_cal
     with caplog.at_level("DEBUG", logger="convtune.library.functional"):
         assert torch.equal(convtune.conv2d(x, w, b, padding=1, precision="ieee"), expected)
         nchw = convtune.conv2d(x.contiguous(), w, b, padding=1, precision="ieee")
-    assert f"torch from pin interpreter / nhwc_igemm / {CL_KEY}" in caplog.text
+    assert f"torch from pin interpreter / torch / {CL_KEY}" in caplog.text
     assert "implicit_gemm default" in caplog.text and nchw.is_contiguous() and not torch.equal(nchw, expected)
     pins.write_pin(f, "interpreter", "nhwc_igemm", CL_KEY, Meta(16, 32, 16, 2, 2), {})
     dispatch.forget()

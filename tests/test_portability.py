@@ -43,7 +43,7 @@ def _jobs():
     for sections in data["pins"].values():
         for section, entries in sections.items():
             for key, entry in entries.items():
-                value = pins.pinned(entry)
+                value = pins.value_of(section, entry)
                 name, meta = (value.kernel, value.meta) if isinstance(value, pins.KernelPin) else (section, value)
                 if value != pins.TORCH and VARIANTS[name].runs_on((8, 9)):
                     jobs.append((name, _problem_of(key), meta.as_dict(), key.split("/")[1].removesuffix("+train"),

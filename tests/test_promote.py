@@ -76,7 +76,7 @@ def test_promote_replaces_a_slow_pin_and_ignores_failed_stale_and_other_device_r
     assert status == 0
     assert "ignoring 1 implicit_gemm run(s) made with an older kernel source" in out
     assert "decision: PROMOTE" in out and not any(p in out for p in planted)
-    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    entry = pins.pin_for(pins.load(pins_file), "interpreter", KEY)[1]
     assert entry["meta"] == FAST.as_dict()
     prov = entry["provenance"]
     assert prov["previous"]["meta"] == SLOW.as_dict() and prov["gain"] > 0.02 and prov["remeasured"] is True
@@ -286,9 +286,9 @@ def test_a_pin_changed_by_another_promote_meanwhile_is_not_overwritten(capsys, m
     monkeypatch.setattr(contest, "decide", decide_while_another_promote_lands)
     status, out = promote_here(capsys, store, pins_file, "promote.remeasure=false")
     assert status == 1 and "decision: PROMOTE" in out
-    assert ("changed while this ran (M16-N16-K16-w4-s2 → M64-N64-K32-w4-s2 by run the-other-promote); nothing "
-            "written: run promote again to contest the pin now in place") in out
-    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    assert ("changed while this ran (implicit_gemm M16-N16-K16-w4-s2 → implicit_gemm M64-N64-K32-w4-s2 by run "
+            "the-other-promote); nothing written: run promote again to contest the pin now in place") in out
+    entry = pins.pin_for(pins.load(pins_file), "interpreter", KEY)[1]
     assert entry["meta"] == other.as_dict() and entry["provenance"]["run_id"] == "the-other-promote"
     c = MlflowClient(store)
     (decision,) = [x for x in c.search_runs([c.get_experiment_by_name("tiny [interpreter]").experiment_id])
@@ -302,8 +302,9 @@ def test_the_previous_pin_in_the_provenance_names_the_run_it_came_from(capsys, s
     assert promote_here(capsys, store, pins_file, "promote.remeasure=false")[0] == 0  # replaces the planted SLOW
     record(store, FAST, 0.5)
     assert promote_here(capsys, store, pins_file, "promote.remeasure=false")[0] == 0
-    prov = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]["provenance"]
-    assert prov["previous"] == {"meta": Meta(64, 64, 32, 4, 2).as_dict(), "source": "pin", "run_id": first}
+    prov = pins.pin_for(pins.load(pins_file), "interpreter", KEY)[1]["provenance"]
+    assert prov["previous"] == {"kernel": "implicit_gemm", "meta": Meta(64, 64, 32, 4, 2).as_dict(), "source": "pin",
+                                "run_id": first}
 
 
 def test_with_no_store_or_no_runs_for_the_key_promote_says_what_to_run_and_exits_1(capsys, tmp_path, store, pins_file):
@@ -338,8 +339,8 @@ def test_torch_contends_and_where_it_wins_the_pin_says_torch(capsys, store, pins
     assert status == 0, out
     assert re.search(r"^\| torch \(winner\) \| torch\.nn\.functional\.conv2d \(cuDNN on a GPU\) \|", out, re.M), out
     assert "decision: PROMOTE" in out and "the library now runs torch's convolution" in out
-    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][ieee_key]
-    assert entry["backend"] == "torch" and "meta" not in entry
+    section, entry = pins.pin_for(pins.load(pins_file), "interpreter", ieee_key)
+    assert section == pins.TORCH and "meta" not in entry  # filed under torch
     assert entry["provenance"]["previous"]["source"] == "pin" and entry["provenance"]["gain"] > 0.02
     assert "next: the pins file" in out and "now pins" in out and "the library runs torch's convolution" in out
     assert "decision run: mlflow ui --backend-store-uri" in out
@@ -362,15 +363,15 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
     nhwc = record(store, Meta(64, 32, 16, 4, 2), 0.5, kernel="nhwc_igemm")
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
     assert status == 0, out
-    assert (f"kernel library (the pin in implicit_gemm's section; runs of {', '.join(LIBRARY_KERNELS)})" in out)
+    assert f"kernel library (runs of {', '.join(LIBRARY_KERNELS)})" in out
     assert re.search(r"^\| candidate \(winner\) \| nhwc_igemm: BLOCK_M=64 BLOCK_N=32 ", out, re.M), out
     assert re.search(r"^\| pin \| implicit_gemm: BLOCK_M=16 ", out, re.M), out
     assert "the library now runs convtune's nhwc_igemm" in out
-    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
-    assert entry["kernel"] == "nhwc_igemm" and entry["meta"] == Meta(64, 32, 16, 4, 2).as_dict()
+    section, entry = pins.pin_for(pins.load(pins_file), "interpreter", KEY)
+    assert section == "nhwc_igemm" and entry["meta"] == Meta(64, 32, 16, 4, 2).as_dict()  # filed under its kernel
     prov = entry["provenance"]
     assert prov["run_id"] == nhwc and prov["kernel_source_hash"] == get_variant("nhwc_igemm").source_hash
-    assert prov["previous"]["meta"] == SLOW.as_dict() and "kernel" not in prov["previous"]
+    assert prov["previous"]["meta"] == SLOW.as_dict() and prov["previous"]["kernel"] == "implicit_gemm"
     # a promote of implicit_gemm alone contests the pin (nhwc_igemm's) with implicit_gemm's runs only
     status, out = promote_here(capsys, store, pins_file, "kernel=implicit_gemm", "promote.remeasure=false")
     assert status == 0 and "decision: KEEP: the current pin is the fastest contender" in out, out
@@ -378,8 +379,8 @@ def test_kernel_library_contests_both_kernels_and_the_pin_names_the_winner(capsy
     faster = record(store, FAST, 0.1)
     status, out = promote_here(capsys, store, pins_file, "kernel=library", "promote.remeasure=false")
     assert status == 0 and "the library now runs convtune's implicit_gemm" in out, out
-    entry = pins.load(pins_file)["pins"]["interpreter"]["implicit_gemm"][KEY]
-    assert "kernel" not in entry and entry["meta"] == FAST.as_dict() and entry["provenance"]["run_id"] == faster
+    section, entry = pins.pin_for(pins.load(pins_file), "interpreter", KEY)
+    assert section == "implicit_gemm" and entry["meta"] == FAST.as_dict() and entry["provenance"]["run_id"] == faster
     assert entry["provenance"]["previous"] == {"kernel": "nhwc_igemm", "meta": Meta(64, 32, 16, 4, 2).as_dict(),
                                                "source": "pin", "run_id": nhwc}
 
@@ -410,7 +411,7 @@ def test_microtune_starts_from_what_the_library_runs_for_the_key(capsys, tmp_pat
     configs = neighbour_configs(cfg)
     out = capsys.readouterr().out
     assert configs[0] == pinned.as_dict() and {c["num_stages"] for c in configs} == {2, 3, 4}
-    assert f"micro-tune tiny around {pinned.short()} (pin interpreter / implicit_gemm / {KEY})" in out
+    assert f"micro-tune tiny around {pinned.short()} (pin interpreter / fold_igemm / {KEY})" in out
     from convtune.setup import resolve
 
     assert resolve(cfg).variant.name == "fold_igemm"  # each job measures the pin's kernel
@@ -435,7 +436,7 @@ def test_a_cpu_promote_contests_the_kernels_alone_and_writes_the_overlay_not_the
     assert "promote: on the interpreter torch does not contend at precision=tf32" in out
     assert "torch.nn.functional" not in out and "decision: PROMOTE" in out
     mine = overlay.path_for("interpreter")
-    entry = pins.load(mine)["pins"]["interpreter"]["implicit_gemm"][KEY]
+    entry = pins.pin_for(pins.load(mine), "interpreter", KEY)[1]
     assert entry["provenance"]["run_id"] == fast and entry["provenance"]["gain"] == pytest.approx(9.0)
     assert entry["provenance"]["previous"]["source"] == "kernel default"
     assert pins.PACKAGE_PINS.read_bytes() == package and not Path(f"{pins.PACKAGE_PINS}.lock").exists()

@@ -68,11 +68,11 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     # The pins file loses the first key's decision (an overlay deleted, another pins_file=): that shape is decided
     # again, the other goes on from the run's record.
     data = pins.load(tmp_path / "pins.yaml")
-    section = data["pins"].get("interpreter", {}).get("implicit_gemm", {})
     if held[KEYS[0]] == "none":  # nothing was written for it: the file now says something else
         pins.write_pin(tmp_path / "pins.yaml", "interpreter", "implicit_gemm", KEYS[0], pins.TORCH, {"by": "hand"})
     else:
-        del section[KEYS[0]]
+        section, _ = pins.pin_for(data, "interpreter", KEYS[0])
+        del data["pins"]["interpreter"][section][KEYS[0]]
         (tmp_path / "pins.yaml").write_text(pins.HEADER + yaml.safe_dump(data) + pins.END)
     r = tune_model(tmp_path, store)  # the same model, batch, layout and mode: it goes on in the same run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -85,8 +85,8 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     assert len([x for x in runs if x.data.tags.get("mlflow.parentRunId") == model_run.info.run_id]) == 6
     assert c.get_run(model_run.info.run_id).info.status == "FINISHED"
     after = c.get_run(model_run.info.run_id).data.tags[f"pinned/{KEYS[0]}"]
-    entry = pins.entries(pins.load(tmp_path / "pins.yaml"), "interpreter", "implicit_gemm").get(KEYS[0])
-    assert after == (pins.describe(pins.pinned(entry)) if entry else "none")
+    value = pins.pinned_value(pins.load(tmp_path / "pins.yaml"), "interpreter", KEYS[0])
+    assert after == (pins.describe(value) if value is not None else "none")
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence
 
 from convtune import pins
 from convtune.errors import ConfigError
-from convtune.kernels import KernelVariant, Meta, default_meta, get_variant, library_variant
+from convtune.kernels import KernelVariant, default_meta, get_variant, library_variant
 from convtune.library import first_use
 from convtune.pins import overlay
 from convtune.problem import ConvProblem
@@ -97,29 +97,28 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
     keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
     if unpinned_policy() == "kernel":  # the default variant at its pin (exact or nearest) or default, training too
         value, source = configuration(home, files or [pins.default_path()], gpu, p, precision, training)
-        return Decision(pins.KernelPin(home.name, value) if isinstance(value, Meta) else value, source, "kernel",
-                        keys[-1], home.name)
+        return Decision(pins.named(value, home.name), source, "kernel", keys[-1], home.name)
     if files is None:  # the library's own overlay first: refused whole (one warning) where broken or foreign
         mine, path = overlay.read(gpu)
-        key = next((k for k in keys if k in pins.entries(mine, gpu, home.name)), None)
+        key = next((k for k in keys if pins.pin_for(mine, gpu, k)), None)
         if key is not None:
-            entry = pins.entries(mine, gpu, home.name)[key]
+            section, entry = pins.pin_for(mine, gpu, key)  # type: ignore[misc]
             how = (entry.get("provenance") or {}).get("rule", "written there by hand")
-            return _for_training(Decision(_named(pins.pinned(entry), home), f"overlay {path} / {home.name} / {key} "
+            return _for_training(Decision(pins.value_of(section, entry), f"overlay {path} / {section} / {key} "
                                           f"({how})", "overlay", key, home.name), training)
     data = pins.load_layers(files or [pins.default_path()])
     for source_gpu in [gpu] + pins.family_sources(data, gpu, capability):
-        section = pins.entries(data, source_gpu, home.name)
-        key = next((k for k in keys if k in section), None)
+        key = next((k for k in keys if pins.pin_for(data, source_gpu, k)), None)
         if key is None:
             continue
-        value = _named(pins.pinned(section[key]), home)
+        section, entry = pins.pin_for(data, source_gpu, key)  # type: ignore[misc]
+        value = pins.value_of(section, entry)
         if source_gpu == gpu:
-            return _for_training(Decision(value, f"pin {gpu} / {home.name} / {key}", "pin", key, home.name), training)
+            return _for_training(Decision(value, f"pin {gpu} / {section} / {key}", "pin", key, home.name), training)
         if isinstance(value, pins.KernelPin) and not get_variant(value.kernel).runs_on(capability):
             continue  # a family GPU's kernel that this one cannot run (its compute capability): never chosen
         cc = "" if capability is None else f", compute capability {capability[0]}.{capability[1]} as {gpu}"
-        source = f"family pin {source_gpu} / {home.name} / {key}{cc}"
+        source = f"family pin {source_gpu} / {section} / {key}{cc}"
         if not first_use_on:  # the tracker measures what the library would verify
             return Decision(value, source, "family", key, home.name)
         if value == pins.TORCH or not _decides(key, training):  # a plain pin's forward check counts not in training
@@ -142,8 +141,8 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
 def configuration(variant: KernelVariant, files: Sequence[Path], gpu: str, p: ConvProblem, precision: str,
                   training: bool = False) -> tuple[pins.Pinned, str]:
     """The configuration a run of `variant` measures for `p` (the tracker's question, not what the library runs): the
-    pin in its section for the key (a "+train" one first where `training`), else the nearest pinned shape of the same
-    geometry, else its default. A pin may say torch or name another kernel: (Meta, KernelPin or TORCH, source)."""
+    key's pin (a "+train" one first where `training`), else `variant`'s pin of the nearest shape of the same geometry,
+    else its default (pins.find). A pin may say torch or name another kernel: (Meta, KernelPin or TORCH, source)."""
     data = pins.load_layers(list(files))
     found = pins.find(data, gpu, variant.name, pins.pin_key(p.key(), precision, training=True)) if training else None
     return found or pins.lookup(data, gpu, variant.name, pins.pin_key(p.key(), precision),
@@ -161,11 +160,6 @@ def _stamps(paths: Sequence[Optional[Path]]) -> tuple[Any, ...]:
             st = None
         out.append((str(path), None if st is None else (st.st_size, st.st_mtime_ns)))
     return tuple(out)
-
-
-def _named(value: pins.Pinned, home: KernelVariant) -> pins.Pinned:
-    """A pin's value with its kernel named: a plain configuration in a section is that section's variant's."""
-    return pins.KernelPin(home.name, value) if isinstance(value, Meta) else value
 
 
 def _decides(key: str, training: bool) -> bool:

@@ -1,17 +1,17 @@
 """Pinned launch configurations: data in the package (pins.yaml), read by the library, written by promote.
 
-Layout: pins → GPU name (or "interpreter") → kernel variant → problem key ("<shape key>/<precision>") → one of
-- {meta: {BLOCK_M, ...}, provenance: {...}}: that variant runs with this configuration;
-- {backend: torch, provenance: {...}}: torch's own convolution (cuDNN on a GPU) won the contest for that key, and
-  the library runs torch for it;
-- {kernel: <another variant>, meta: {...}, provenance: {...}}: another of convtune's kernels won it (a promote of
-  `kernel=library` contests every kernel the library has), and the library runs that one with this configuration.
-A variant's entries are what the library does with the calls its rule gives that variant
-(kernels.library_variant): the rule picks the kernel where no pin has decided. A key ending in "+train"
-("<shape key>/<precision>+train", written by tune_model.py train=true from whole train steps of a model)
-decides the calls that record gradients; where a shape has none, those calls follow the plain key. Writes take a file lock, re-read the file under it, change one
-entry, and replace the file atomically (temp file + rename) with sorted keys, so a diff shows one change
-and two promotes at once both land. A file that does not parse is refused and never overwritten.
+Layout: pins → GPU name (or "interpreter") → section → problem key ("<shape key>/<precision>[+train]") → entry. A key's
+pin is filed once, under the kernel it names: a variant's section holds {meta: {BLOCK_M, ...}, provenance: {...}} (that
+kernel runs the key with this configuration), and the `torch` section holds {provenance: {...}} (torch's own
+convolution, cuDNN on a GPU, won the key's contest, and the library runs torch for it). A key ending in "+train"
+(written by tune_model.py train=true from whole train steps of a model) decides the calls that record gradients;
+where a shape has none, those calls follow the plain key. A file written before pins were filed so may hold, under
+the section of the variant that served the call by default, an entry naming another kernel (`kernel`, `meta`) or
+`backend: torch`: it is read as that kernel's or torch's, and the next write files it under its own section.
+
+Writes take a file lock, re-read the file under it, change one entry, and replace the file atomically (temp file +
+rename) with sorted keys, so a diff shows one change and two promotes at once both land. A file that does not parse
+is refused and never overwritten.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ HEADER = ("# convtune pins: written by `python promote.py`; edit by hand only wi
 # is refused. A file without the header (written by hand) is taken as it is.
 END = "# end of pins\n"
 UNCHECKED = object()  # write_pin's `expect` when the caller did not read the pin it replaces
-TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key
+TORCH = "torch"  # a pin's value when torch's convolution is what runs for the key, and the section of such pins
 
 
 def kernel_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -160,19 +160,68 @@ def parse(text: str, where: str) -> dict[str, Any]:
         raise PinsError(f"pins file {where}: not valid YAML ({str(e).splitlines()[0]})") from None
     schema.check(data, f"pins file {where}", *kernel_names(), PinsError)
     data.setdefault("pins", {})
-    return data
+    return _refiled(data)
 
 
 def entries(data: dict[str, Any], gpu: str, kernel: str) -> dict[str, Any]:
+    """A section's entries as the file holds them (a variant's, or TORCH's)."""
     return ((data.get("pins") or {}).get(gpu) or {}).get(kernel) or {}
 
 
-def pinned(entry: dict[str, Any]) -> Pinned:
-    """What one (loaded, so valid) entry runs: its Meta, a KernelPin (another kernel), or TORCH."""
-    if entry.get("backend") == TORCH:
+def pin_for(data: dict[str, Any], gpu: str, key: str, own: Optional[str] = None) -> Optional[tuple[str, dict[str, Any]]]:
+    """(the section, the entry) of `key`'s pin on `gpu`: the library's, filed under one of the library's kernels or
+    TORCH; or, for `own`, a variant the library does not run (seed), its own configuration, filed under it. None
+    where there is none."""
+    sections = (data.get("pins") or {}).get(gpu) or {}
+    if own is not None and own != TORCH and own not in kernel_names()[1]:
+        return (own, sections[own][key]) if key in (sections.get(own) or {}) else None
+    library = set(kernel_names()[1]) | {TORCH}
+    for section, keys in sections.items():
+        if section in library and key in (keys or {}):
+            return section, keys[key]
+    return None
+
+
+def value_of(section: str, entry: dict[str, Any]) -> Pinned:
+    """What one (loaded, so valid) entry of `section` runs: a KernelPin (its kernel named) or TORCH."""
+    if section == TORCH or entry.get("backend") == TORCH:
         return TORCH
-    meta = Meta(**entry["meta"])
-    return KernelPin(entry["kernel"], meta) if "kernel" in entry else meta
+    return KernelPin(entry.get("kernel", section), Meta(**entry["meta"]))
+
+
+def pinned_value(data: dict[str, Any], gpu: str, key: str, own: Optional[str] = None) -> Optional[Pinned]:
+    """What `key`'s pin on `gpu` runs (pin_for, value_of), or None."""
+    found = pin_for(data, gpu, key, own)
+    return None if found is None else value_of(*found)
+
+
+def section_of(value: Pinned) -> str:
+    """The section a pin is filed under: the kernel it names, or TORCH."""
+    return TORCH if value == TORCH else value.kernel  # type: ignore[union-attr]
+
+
+def as_entry(value: Pinned) -> dict[str, Any]:
+    """A value as its own section's entry holds it (without provenance)."""
+    return {} if value == TORCH else {"meta": value.meta.as_dict()}  # type: ignore[union-attr]
+
+
+def named(value: Union[Pinned, Meta], kernel: str) -> Pinned:
+    """A value with its kernel named: a plain configuration is `kernel`'s."""
+    return KernelPin(kernel, value) if isinstance(value, Meta) else value
+
+
+def _refiled(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with every entry under the section of the kernel it names (an older file's `kernel` and `backend: torch`
+    entries moved to their own sections), so that what is written is filed as this module files it."""
+    for gpu, sections in list((data.get("pins") or {}).items()):
+        refiled: dict[str, dict[str, Any]] = {}
+        for section, keys in (sections or {}).items():
+            for key, entry in (keys or {}).items():
+                value = value_of(section, entry)
+                body = {**as_entry(value), **({"provenance": entry["provenance"]} if "provenance" in entry else {})}
+                refiled.setdefault(section_of(value), {})[key] = body
+        data["pins"][gpu] = refiled
+    return data
 
 
 def describe(value: Union[Pinned, None]) -> str:
@@ -181,30 +230,17 @@ def describe(value: Union[Pinned, None]) -> str:
     return "none" if value is None else (TORCH if value == TORCH else value.short())  # type: ignore[union-attr]
 
 
-def in_section(value: Pinned, kernel: str) -> Pinned:
-    """A value as an entry of `kernel`'s section holds it: a KernelPin of that kernel is its plain Meta."""
-    return value.meta if isinstance(value, KernelPin) and value.kernel == kernel else value
-
-
-def as_entry(value: Pinned) -> dict[str, Any]:
-    """A value as a file's entry holds it (without provenance)."""
-    if value == TORCH:
-        return {"backend": TORCH}
-    if isinstance(value, KernelPin):
-        return {"kernel": value.kernel, "meta": value.meta.as_dict()}
-    return {"meta": value.as_dict()}  # type: ignore[union-attr]
-
-
 PINS_FILE_REMEDY = "set pins_file= to a writable place"  # what a command's user can do about an unwritable file
 
 
-def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, provenance: dict[str, Any],
+def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Union[Pinned, Meta], provenance: dict[str, Any],
               expect: Any = UNCHECKED, capability: Optional[tuple[int, int]] = None,
               remedy: str = PINS_FILE_REMEDY) -> tuple[str, str]:
-    """Set one pin (a Meta, a KernelPin or TORCH) in `kernel`'s section, leaving every other entry untouched.
-    Returns the file's text before and after.
+    """Pin `key` on `gpu` to `value` (a KernelPin, TORCH, or a Meta: a configuration of `kernel`), filed under the
+    kernel it names (or TORCH), with any earlier pin of the key removed; every other entry is left as it is (an older
+    file's entries are filed under their own kernels as it is written). Returns the file's text before and after.
 
-    `expect`: what the caller found pinned for this key when it decided (a Meta, TORCH, or None: no pin). If
+    `expect`: what the caller found pinned for this key when it decided (a pin's value, or None: no pin). If
     another writer has changed that pin since, nothing is written and PinChanged says what is pinned now: the
     caller's decision was made against a pin that is gone. `capability`: the GPU's compute capability, recorded in
     the file's `gpus` table (what makes its pins a family's: family_sources).
@@ -213,18 +249,24 @@ def write_pin(path: Path, gpu: str, kernel: str, key: str, value: Pinned, proven
     what a refusal of an unwritable file advises (check_writable)."""
     path = Path(os.path.realpath(path))
     check_writable(path, remedy)
+    value = named(value, kernel)
     with FileLock(str(path) + ".lock", timeout=60):
         before = path.read_text() if path.exists() else ""
         data = load(path)  # refuses a broken file before anything is written
-        now = entries(data, gpu, kernel).get(key)
-        now_value = pinned(now) if now else None
-        if expect is not UNCHECKED and now_value != (expect if expect is None else in_section(expect, kernel)):
-            by = f" by run {now['provenance'].get('run_id')}" if now and now.get("provenance") else ""
-            raise PinChanged(f"pins file {path}: the pin for {gpu} / {kernel} / {key} changed while this ran "
-                             f"({describe(expect)} → {describe(now_value)}{by}); nothing written: run promote "
+        now = pin_for(data, gpu, key, section_of(value))
+        now_value = value_of(*now) if now else None
+        if expect is not UNCHECKED and now_value != (None if expect is None else named(expect, kernel)):
+            by = f" by run {now[1]['provenance'].get('run_id')}" if now and now[1].get("provenance") else ""
+            raise PinChanged(f"pins file {path}: the pin for {gpu} / {key} changed while this ran "
+                             f"({describe(None if expect is None else named(expect, kernel))} → {describe(now_value)}"
+                             f"{by}); nothing written: run promote "
                              "again to contest the pin now in place")
-        body = as_entry(in_section(value, kernel))
-        data["pins"].setdefault(gpu, {}).setdefault(kernel, {})[key] = {**body, "provenance": provenance}
+        sections = data["pins"].setdefault(gpu, {})
+        if now is not None:
+            del sections[now[0]][key]
+            if not sections[now[0]]:
+                del sections[now[0]]
+        sections.setdefault(section_of(value), {})[key] = {**as_entry(value), "provenance": provenance}
         if capability is not None:
             data.setdefault("gpus", {})[gpu] = {"compute_capability": f"{capability[0]}.{capability[1]}"}
         after = HEADER + yaml.safe_dump(data, sort_keys=True, default_flow_style=False) + END
@@ -321,22 +363,25 @@ def _geometry(key: str) -> tuple[str, int]:
 
 def lookup(data: dict[str, Any], gpu: str, kernel: str, key: str,
            default: Callable[[], Meta]) -> tuple[Pinned, str]:
-    """What is pinned for this exact key (a Meta, a KernelPin or TORCH); else for the nearest pinned shape with the same
-    kernel geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in
-    batch·H·W); else the kernel's default. Returns (value, where it came from)."""
+    """find, else `kernel`'s default: (value, where it came from)."""
     found = find(data, gpu, kernel, key)
     return found if found is not None else (default(), f"{kernel} default (no pin for {gpu})")
 
 
-def find(data: dict[str, Any], gpu: str, kernel: str, key: str) -> Optional[tuple[Pinned, str]]:
-    """lookup without the default: the exact pin, else the nearest of the same geometry, else None. A "+train"
-    key finds only "+train" pins (the suffix is part of the geometry)."""
+def find(data: dict[str, Any], gpu: str, kernel: str, key: str) -> Optional[tuple[Union[Pinned, Meta], str]]:
+    """What a run of `kernel` takes from the pins for `key`: the key's pin, wherever it is filed (its Meta where it
+    names `kernel`, else the KernelPin or TORCH it says), else `kernel`'s pin of the nearest shape of the same kernel
+    geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in batch·H·W), else
+    None. A "+train" key finds only "+train" pins (the suffix is part of the geometry). Returns (value, source)."""
+    exact = pin_for(data, gpu, key, kernel)
+    if exact is not None:
+        value = value_of(*exact)
+        own = isinstance(value, KernelPin) and value.kernel == kernel
+        return (value.meta if own else value), f"pin {gpu} / {exact[0]} / {key}"  # type: ignore[union-attr]
     pins = entries(data, gpu, kernel)
-    if key in pins:
-        return pinned(pins[key]), f"pin {gpu} / {kernel} / {key}"
     geometry, size = _geometry(key)
     near = [(abs(s - size), k) for k in pins for g, s in [_geometry(k)] if g == geometry]
     if near:
         k = min(near)[1]
-        return pinned(pins[k]), f"nearest pin {gpu} / {kernel} / {k}"
+        return Meta(**pins[k]["meta"]), f"nearest pin {gpu} / {kernel} / {k}"
     return None

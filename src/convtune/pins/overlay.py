@@ -75,12 +75,6 @@ def _refuse(path: Path, why: str) -> None:
         log.warning("%s; ignored whole (delete it to start again)", why)
 
 
-def entry(data: dict[str, Any], gpu: str, section: str, keys: list[str]) -> Optional[tuple[str, dict[str, Any]]]:
-    """The first of `keys` the overlay pins in `section` for `gpu`: (key, entry)."""
-    found = pins.entries(data, gpu, section)
-    return next(((k, found[k]) for k in keys if k in found), None)
-
-
 def keep(gpu: str, section: str, key: str, value: pins.Pinned, provenance: dict[str, Any]) -> Optional[Path]:
     """Write one decision into this GPU's overlay (atomic, locked: many processes may); None where the overlay is off.
     A refused file is left as it is and nothing is kept (one warning line)."""

@@ -15,6 +15,7 @@ from convtune.kernels.precision import PRECISIONS
 
 TOP_KEYS = ("pins", "gpus", "families")
 ENTRY_KEYS = ("meta", "backend", "kernel", "provenance")
+TORCH_SECTION = "torch"  # the section of the keys whose pin says torch's convolution runs
 INTERPRETER = "interpreter"
 # A GPU section is a device name as torch.cuda.get_device_name() prints it, or "interpreter". Names are open-ended
 # (a new GPU needs no code change), so the check is on their form: a vendor's prefix.
@@ -53,13 +54,19 @@ def check(data: Any, where: str, sections: tuple[str, ...], kernels: tuple[str, 
             raise error(f"{where}: unknown top-level key {key!r}{closest(key, TOP_KEYS)}")
     for gpu, by_kernel in _mapping(data.get("pins"), f"{where}: pins", "GPU names to kernels", error).items():
         _check_gpu(gpu, f"{where}: pins", error)
+        seen: dict[str, str] = {}
         for kernel, keys in _mapping(by_kernel, f"{where}: pins / {gpu}", "kernel names to pins", error).items():
-            if kernel not in sections:
-                raise error(f"{where}: pins / {gpu} / {kernel!r} is not a kernel variant"
-                            f"{closest(kernel, sections)}")
+            if kernel not in sections and kernel != TORCH_SECTION:
+                raise error(f"{where}: pins / {gpu} / {kernel!r} is not a kernel variant or {TORCH_SECTION!r}"
+                            f"{closest(kernel, list(sections) + [TORCH_SECTION])}")
             for key, entry in _mapping(keys, f"{where}: pins / {gpu} / {kernel}", "problem keys to pins",
                                        error).items():
                 _check_key(key, f"{where}: pins / {gpu} / {kernel}", error)
+                if key in seen and (kernel in kernels or kernel == TORCH_SECTION):
+                    raise error(f"{where}: pins / {gpu}: {key} is pinned twice, under {seen[key]!r} and {kernel!r} "
+                                "(the library's pin of a key is filed once, under the kernel it names, or torch)")
+                if kernel in kernels or kernel == TORCH_SECTION:
+                    seen[key] = kernel
                 _check_entry(entry, kernel, kernels, f"{where}: entry {gpu} / {kernel} / {key}", error)
 
 
@@ -96,8 +103,18 @@ def _check_key(key: Any, where: str, error: Type[Exception]) -> None:
 
 
 def _check_entry(entry: Any, kernel: str, kernels: tuple[str, ...], where: str, error: Type[Exception]) -> None:
+    """An entry under its section: under `torch`, provenance only (a `backend: torch` too); under a kernel, its meta.
+    A file written before pins were filed under the kernel they name may hold, under another kernel's section, an
+    entry that names its kernel (`kernel`, meta) or says `backend: torch`: read as that kernel's or torch's."""
     if not isinstance(entry, dict):
         raise error(f"{where} must be a mapping (meta, backend or kernel, provenance)")
+    if kernel == TORCH_SECTION:
+        extra = [f for f in entry if f not in ("provenance", "backend")]
+        if extra or entry.get("backend", "torch") != "torch":
+            raise error(f"{where}: a pin under {TORCH_SECTION!r} holds its provenance only; got {sorted(entry)}")
+        if "provenance" in entry and not isinstance(entry["provenance"], (dict, type(None))):
+            raise error(f"{where}: 'provenance' must be a mapping")
+        return
     for field in entry:
         if field not in ENTRY_KEYS:
             raise error(f"{where}: unknown field {field!r}{closest(field, ENTRY_KEYS)}")

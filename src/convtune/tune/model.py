@@ -247,17 +247,16 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
 
 
 def _held(target: Path, gpu: str, problem: ConvProblem, key: str) -> str:
-    """What the pins file `target` holds for `key` (in the section the library reads for `problem`), in words: a
+    """What the pins file `target` holds for `key` (wherever it is filed), in words: a
     shape counts as decided on resume only where the file still holds what its decision left there (the overlay
     deleted, or another pins_file=, and it is decided again)."""
-    from convtune.kernels import library_variant
     from convtune import pins
 
     try:
-        entry = pins.entries(pins.load(target), gpu, library_variant(problem.layout, problem.in_channels)).get(key)
+        value = pins.pinned_value(pins.load(target), gpu, key)
     except pins.PinsError:
         return "an unreadable file"
-    return pins.describe(pins.pinned(entry)) if entry else "none"
+    return pins.describe(value) if value is not None else "none"
 
 
 def _close(tracker: Any, run_id: str, why: str) -> None:

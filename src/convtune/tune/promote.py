@@ -180,8 +180,8 @@ def contested_kernels(setup: Setup) -> list[Any]:
 
 def describe_kernels(setup: Setup) -> str:
     names = ", ".join(k.name for k in contested_kernels(setup))
-    return f"kernel {setup.cfg.kernel.name} (the pin in {setup.pin_variant.name}'s section; runs of {names})" \
-        if setup.cfg.kernel.name != setup.pin_variant.name else f"kernel {names}"
+    return f"kernel {setup.cfg.kernel.name} (runs of {names})" if setup.cfg.kernel.name != setup.pin_variant.name \
+        else f"kernel {names}"
 
 
 def gather(setup: Setup, tracker: Tracker) -> Contest:
@@ -197,13 +197,13 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
     # The contest is against this key's own pin (or the default), not the nearest pinned shape the library
     # would fall back on: a pin is written for this key only. The holder is what the library reads first: the
     # written file's pin (the per-user overlay, or pins_file=), else a pin of the layers under it (the packaged pins).
-    in_target = pins.entries(pins.load(setup.pins_path), gpu, section.name).get(key) if setup.pins_path else None
-    current = in_target or pins.entries(pins.load_layers(setup.pins_read), gpu, section.name).get(key)
+    in_target = pins.pin_for(pins.load(setup.pins_path), gpu, key) if setup.pins_path else None
+    current = in_target or pins.pin_for(pins.load_layers(setup.pins_read), gpu, key)
     # A key with no pin runs torch in the library (library/dispatch.py), so torch is what a candidate must beat
     # there, the kernel's default included; with promote.torch=false (a study of the kernel alone), or on the
     # interpreter (where torch's CPU time and the interpreter's do not compare), the default is.
     with_torch = p.torch and torch_contends(setup)
-    pin_value = pins.pinned(current) if current else pins.TORCH if with_torch else section.default_meta(
+    pin_value = pins.value_of(*current) if current else pins.TORCH if with_torch else section.default_meta(
         problem.out_channels, problem.stride[1], problem.width, setup.precision)
     pin_kernel, pin_meta = ((get_variant(pin_value.kernel), pin_value.meta) if isinstance(pin_value, pins.KernelPin)
                             else (None if pin_value == pins.TORCH else section, pin_value))
@@ -237,8 +237,8 @@ def gather(setup: Setup, tracker: Tracker) -> Contest:
                    if k in contested and (pin_kernel is None or (name, m) != (pin_kernel.name, pin_meta))][: p.top_k]
     if with_torch and pin_value != pins.TORCH:
         contenders.append(Contender(pins.TORCH, "torch", None, _logged_torch_ms(runs)))
-    return Contest(gpu, key, pin_value, current is not None, ((current or {}).get("provenance") or {}).get("run_id"),
-                   runs, contenders, pins.pinned(in_target) if in_target else None)
+    return Contest(gpu, key, pin_value, current is not None, ((current[1] if current else {}).get("provenance") or {})
+                   .get("run_id"), runs, contenders, pins.value_of(*in_target) if in_target else None)
 
 
 def _logged_torch_ms(runs: list[RunView]) -> Optional[float]:
@@ -253,12 +253,12 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
     from convtune import pins
 
     w, path, here, section = decision.winner, setup.pins_path, setup.device_tags, setup.pin_variant
-    value = pins.TORCH if w.meta == pins.TORCH else pins.in_section(pins.KernelPin(w.kernel.name, w.meta), section.name)
+    value = pins.TORCH if w.meta == pins.TORCH else pins.KernelPin(w.kernel.name, w.meta)
     provenance = {
         "run_id": w.run_id, "experiment": setup.experiment(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "latency_ms": round(w.median_ms, 5), "remeasured": remeasured, "problem": setup.problem.name,
-        "previous": {**pins.as_entry(c.pin_value), "source": "pin" if c.pinned else "unpinned" if c.pin_value == pins.TORCH
+        "previous": {**_as_previous(c.pin_value, section.name), "source": "pin" if c.pinned else "unpinned" if c.pin_value == pins.TORCH
                      else "kernel default",
                      **({"run_id": c.pin_run_id} if c.pinned else {})},
         # None where the pin was replaced for being wrong: there is no ratio to a wrong answer
@@ -278,6 +278,16 @@ def write_winner(setup: Setup, tracker: Tracker, c: Contest, decision: Any, reme
     if w.run_id:
         tracker.log(w.run_id, tags={Tag.PROMOTED: "true"})
     return diff
+
+
+def _as_previous(value: Any, kernel: str) -> dict[str, Any]:
+    """What held the key before, as a pin's provenance records it: the kernel and its configuration, or torch."""
+    from convtune import pins
+
+    if value == pins.TORCH:
+        return {"backend": pins.TORCH}
+    pin = pins.named(value, kernel)
+    return {"kernel": pin.kernel, "meta": pin.meta.as_dict()}
 
 
 def _rounded(v: Optional[float]) -> Optional[float]:
