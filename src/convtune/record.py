@@ -229,7 +229,7 @@ class Identity:
     kernel_source_hash: str
     problem_key: str
     precision: str
-    # the hashes this kernel's runs recorded before its identity became its jit code (issue 43): the same kernel
+    # the hashes this kernel's runs recorded before its identity became its jit code: the same kernel
     previous_hashes: tuple[str, ...] = ()
 
     def tags(self) -> dict[str, str]:

@@ -23,7 +23,7 @@ SWEEP_ENV = "CONVTUNE_SWEEP_PARENT"
 
 
 class SweepCrossed(ValueError):
-    """A sweep folder holds another sweep's state: two sweeps were given one folder (issue 46)."""
+    """A sweep folder holds another sweep's state: two sweeps were given one folder."""
 
 
 @dataclass

@@ -230,8 +230,8 @@ def safe_stages(num_stages: int, k_steps: int) -> int:
     nhwc_igemm with A rounded in the kernel and 256-wide N tiles gave wrong sums, different from launch to launch
     (relative errors 1e-2 to 1.4e-1; at O0 too, so not LLVM), at those trip counts only: 2 steps at 3 stages, 3 at 4
     (4 of the 5 such binaries of a map of 1 to 108 steps at 2 to 4 stages; 128-wide tiles 0 of 6), and right at every
-    other count (benchmarks/map_short_k.py at ba42e38; tests/gpu_scripts/nhwc_short_k.py checks the fix;
-    docs/evidence/h200_issue13_short_k.txt at ba42e38). A loop that short has every load in flight at one stage less as well."""
+    other count (tests/gpu_scripts/nhwc_short_k.py checks the fix). A loop that short has every load in flight at one
+    stage less as well."""
     return num_stages - 1 if num_stages >= 3 and k_steps == num_stages - 1 else num_stages
 
 
@@ -239,7 +239,7 @@ def bound_runner(compiled: Any, grid: tuple[int, ...], fn: Any, first: int,
                  values: dict[str, Any]) -> Optional[Callable[..., Any]]:
     """A launch of an already compiled (and checked) binary that skips Triton's per-call dispatch
     (JITFunction.run: binding every argument, the specialisation key, the cache lookup), which is most of a launch's
-    host time (benchmarks/probe_host_cost_nhwc.py at ba42e38: 44.9 us of one nhwc conv launch on the H200, against 44.3 us for
+    host time (44.9 us of one nhwc conv launch on the H200, against 44.3 us for
     cuDNN's whole call). `fn`'s arguments from index `first` on are constexprs, taken from `values`; the returned
     call takes the runtime arguments before them. None where this Triton's compiled kernel has no runner (the
     interpreter, or another Triton): callers then launch through the JIT function. Launch hooks (profilers) still

@@ -1,4 +1,4 @@
-"""The host side every kernel variant shares, written once (issue 43): check a call, plan it, allocate its output,
+"""The host side every kernel variant shares, written once: check a call, plan it, allocate its output,
 give the kernel its input, launch; the cache of bound launches; the one-image check of a fresh binary.
 
 A variant supplies three functions and gets `launch` (one checked call, as the tracker times it) and `prepared`

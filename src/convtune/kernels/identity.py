@@ -9,7 +9,7 @@ orphaned every pin's measured runs.
 
 The same source gives the same identity compiled or under Triton's interpreter. Each kernel module sets
 `VERSION`, `SOURCE_HASH = kernel_identity(VERSION, [its jit roots])` and `PREVIOUS_SOURCE_HASHES`: what runs of the
-same kernel recorded before issue 43, when the hash covered the host code's text too (resume and promote find them).
+same kernel recorded when the hash covered the host code's text too (resume and promote find them).
 """
 
 from __future__ import annotations

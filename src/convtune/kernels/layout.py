@@ -1,8 +1,8 @@
 """NCHW → channels_last copies for the kernels that read channels_last (nhwc_igemm), tiled through shared memory.
 
 Why our own: torch's `x.contiguous(memory_format=torch.channels_last)` moved the suite's NCHW inputs at about
-1.2 TB/s on the H200 (vgg16_conv3_2's 103 MB input in 0.173 ms, resnet50_layer1_1x1's 205 MB in 0.347 ms;
-benchmarks/probe_nchw_epilogue.py at ba42e38, docs/evidence/h200_issue13_kernel_pins.txt at ba42e38), a quarter of the 4.3 TB/s a
+1.2 TB/s on the H200 (vgg16_conv3_2's 103 MB input in 0.173 ms, resnet50_layer1_1x1's 205 MB in 0.347 ms), a
+quarter of the 4.3 TB/s a
 plain copy reaches there: one side of its accesses is strided. Each program here reads a [BLOCK_C, BLOCK_P]
 tile of one image (channels × positions), coalesced along the positions, and writes it transposed, coalesced
 along the channels; Triton moves the tile between the two register layouts through shared memory.
@@ -22,8 +22,8 @@ import triton.language as tl
 from convtune.kernels.common import bound_runner
 from convtune.kernels.precision import round_tf32_even, round_to_tf32_even
 
-# Measured on the H200 against torch's copy (benchmarks/probe_layout_copy.py at ba42e38, 16 tiles of 32-128 channels ×
-# 32-128 positions × 4/8 warps; docs/evidence/h200_issue13_layout_copy.txt at ba42e38): 64 × 64 with 4 warps moved the
+# Measured on the H200 against torch's copy (16 tiles of 32-128 channels ×
+# 32-128 positions × 4/8 warps): 64 × 64 with 4 warps moved the
 # suite's stride-1 inputs at 2.6-3.8 TB/s, 2.1-3.2x torch's speed, within 6 % of each input's best tile but
 # resnet50_layer2_3x3's (13 %). With 3 channels (L1 #50's input) every tile lost to torch's copy (0.223 ms
 # at the best tile against 0.125 ms: a 3-channel tile is mostly masked), so fewer than MIN_CHANNELS go to
@@ -51,7 +51,7 @@ def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLO
                      num_warps: int = NUM_WARPS, round_to_nearest_tf32: bool = False) -> torch.Tensor:
     """`x.contiguous(memory_format=torch.channels_last)`, with our copy where `x` is a 4-D NCHW-contiguous
     float32 tensor with MIN_CHANNELS or more channels that is not channels_last-contiguous already; torch's
-    otherwise (few channels, other layouts, dtypes). The tile keywords are for benchmarks/probe_layout_copy.py at ba42e38.
+    otherwise (few channels, other layouts, dtypes). The tile keywords are for measuring other tiles.
     `round_to_nearest_tf32`: the copy's values rounded to nearest TF32, ties to even (precision.round_to_tf32_even: the nhwc kernels' TF32_TIES), always a new
     tensor then."""
     if x.dim() != 4 or x.dtype is not torch.float32 or not x.is_contiguous() or x.shape[1] < MIN_CHANNELS or \
@@ -80,7 +80,7 @@ def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLO
 
 
 # (grid, runtime arguments, tile, rounding, device, alignments) → bound launch (common.bound_runner): the copy's
-# Triton dispatch took 32.7 us of host time a call on the H200 (benchmarks/probe_host_cost_nhwc.py at ba42e38)
+# Triton dispatch took 32.7 us of host time a call on the H200.
 _bound: dict[tuple, Any] = {}
 
 

@@ -4,7 +4,7 @@ Why: on an H200 (triton 3.6.0), 31 of ~3,000 random shapes came out wrong on the
 computed them right (relative errors 0.06-1.4, both kernels, every precision, mostly where the input gather
 crosses the padding). compute-sanitizer's racecheck and memcheck found nothing. With LLVM's module optimisation
 skipped (O0) all 31 came out right; at O1 30; at O2 and O3 (Triton's level) none; with ptxas at -O0 instead,
-29. So the wrong code comes from LLVM's middle end (docs/evidence/h200_issue8_bisect*.txt at ba42e38).
+29. So the wrong code comes from LLVM's middle end.
 O0 for every kernel would cost 4-19 % (L1 #50 0.561 vs 0.520 ms, alexnet_conv3 0.967 vs 0.813 ms), and
 no single source change was found that avoids the miscompile. Our kernels take the whole problem shape as
 constexprs (the seed kernel: its runtime sizes are checked with the same specialisation), so a binary is

@@ -54,8 +54,7 @@ def weight_arg(cx: dict, wp: torch.Tensor) -> Any:
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """The default configuration per problem class, from the H200 sweep with TMA weight tiles
-    (benchmarks/probe_nhwc.py at ba42e38 --weight-tma both, BM 64/128 × BN 128/256 × w 4/8, BK 32, s3;
-    docs/evidence/h200_issue13_tma.txt at ba42e38), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
+    (BM 64/128 × BN 128/256 × w 4/8, BK 32, s3), by C_out: a 256-wide tile where one covers every channel (alexnet_conv2's
     192 and conv5's 256: M64-N256-w4 best, 0.691 and 0.245 ms; vgg16_conv3_2 3 % behind its best); three
     128-wide tiles for 384 (alexnet_conv3/4: M128-N128-w8 best, M64-N256 2.0-2.2x slower); M64-N128-w4 for 128
     (resnet50_layer2_3x3 best); M64-N64-w4 up to 64 (resnet50_layer1_1x1, the first sweep). M128-N256 with 4
@@ -74,7 +73,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
-    BN 128/256 × w 4/8 × s 3/4, BK 32; docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), by C_out: 384 (alexnet_conv3/4)
+    BN 128/256 × w 4/8 × s 3/4, BK 32), by C_out: 384 (alexnet_conv3/4)
     M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
     (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
     for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""

@@ -1,8 +1,7 @@
 """What each `precision` means for a kernel, and TF32 rounding as cuDNN does it.
 
 cuDNN (torch's default for fp32 convolutions) rounds fp32 operands to nearest TF32, and which way it breaks ties
-depends on the algorithm it picks (benchmarks/probe_tie_rule.py at ba42e38 on the H200, cuDNN 9.19,
-docs/evidence/h200_issue13_tie_rule.txt at ba42e38): *away from zero* (PTX cvt.rna) on the strided layers over 3 channels (L1 #50:
+depends on the algorithm it picks (on the H200, cuDNN 9.19): *away from zero* (PTX cvt.rna) on the strided layers over 3 channels (L1 #50:
 the exact sum of operands rounded that way is 1.8e-6 from cuDNN's output, 7.2e-5 with ties to even; the ResNet-50 stem
 2.0e-6 against 1.9e-4), *to even* on every stride-1 layer of the suite (resnet50_layer1_1x1 3.1e-6 against 1.9e-4,
 the 3×3 and 5×5 layers 1.1e-5 to 2.8e-5 against 8e-5 to 1.3e-4), and either on random strided shapes. A tie is
@@ -103,8 +102,7 @@ CVT_RN_TF32_CAPABILITY = (9, 0)
 @triton.jit
 def round_tf32_even_ptx(x):
     """round_tf32_even_bits in one instruction, PTX's cvt.rn.tf32.f32 (sm_90). In nhwc_igemm's K loop the integer
-    version cost 4-7 % against ties away (alexnet_conv5 0.2645 ms, away 0.2471, this 0.2429; same output bits;
-    benchmarks/probe_round_cost.py at ba42e38, docs/evidence/h200_issue13_round_cost.txt at ba42e38)."""
+    version cost 4-7 % against ties away (alexnet_conv5 0.2645 ms, away 0.2471, this 0.2429; same output bits)."""
     bits = tl.inline_asm_elementwise("cvt.rn.tf32.f32 $0, $1;", "=r,f", [x], dtype=tl.int32, is_pure=True, pack=1)
     return bits.to(tl.float32, bitcast=True)
 

@@ -3,7 +3,7 @@ made in one launch, and the folded weight of the space-to-depth kernels (fold_ig
 
 implicit_gemm's packed weight is made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
 while the GPU waits: the four torch operations of pack_weight took 331 µs of host time there against 395 µs for
-torch's whole stem convolution (H200, ResNet-50 train step, batch 32, benchmarks/probe_train_timeline.py at ba42e38).
+torch's whole stem convolution (H200, ResNet-50 train step, batch 32).
 This kernel writes every element of the packed tensor, the zero taps too, so nothing is allocated zeroed first;
 on CUDA its compiled binary is launched through a bound runner, as implicit_gemm.bind does."""
 
@@ -34,7 +34,7 @@ def _pack_kernel(w_ptr, out_ptr, TOTAL: tl.constexpr, KW: tl.constexpr, KWP: tl.
 
 
 def window_start(kw: int, kwp: int, pad_w: int, j0: int) -> int:
-    """Where a row's kw taps start inside its KWP-wide window: pack_weight's `[-pad_w - j0 : -pad_w - j0 + kw]`."""
+    """Where a row's kw taps start inside its KWP-wide window: pack_weight's `[-pad_w - j0: -pad_w - j0 + kw]`."""
     taps = range(kwp)[-pad_w - j0: -pad_w - j0 + kw]
     if len(taps) != kw:
         raise ValueError(f"a row of {kw} taps does not fit its window of {kwp} at offset {-pad_w - j0}")

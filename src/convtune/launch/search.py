@@ -47,7 +47,7 @@ class Space:
         neighbours as alike. On L1 #50's 216-configuration grid on 4 H200s with a budget of 54 runs, the first
         version (every value categorical, univariate TPE) came within 1 % of the grid's best for 2 of 5 seeds;
         this one (ordered, multivariate TPE) for 5 of 5 (runs 13-45), and for 20 of 20 seeds replayed on that
-        grid's measurements (median 29; categorical but multivariate: 17 of 20). docs/evidence/h200x4_issue12_search.txt at ba42e38."""
+        grid's measurements (median 29; categorical but multivariate: 17 of 20)."""
         return all(_number(v) is not None for v in self.choices[key])
 
     def distributions(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ bootstrap interval. Used by tune_model.py's end-to-end check and benchmarks/trai
 
 A ResNet-50 train step at batch 32 on the H200 is bound by the host, and round medians scattered by 2-4 %
 (benchmarks/train_step_ab.py); the 95 % interval of 150 interleaved turns was 0.5 % wide there (0.9952-1.0004,
-tune_model.py measure_only=true, 2026-11-27).
+tune_model.py measure_only=true; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def balanced_orders(n: int) -> list[list[int]]:
     """Orders of n steps (a Williams design) in which each step runs right after each other step equally often: n
     orders for an even n, 2n for an odd one. A fixed cycle would put each step always after the same neighbour: on
     the H200, in an A/A test of one kernel against two copies of itself, the copy that always ran after cuDNN's
-    42 ms measured 0.8-1.7 % slower than the others (issue 47)."""
+    42 ms measured 0.8-1.7 % slower than the others."""
     base = [0]
     for i in range(1, n):  # 0, 1, n - 1, 2, n - 2, ...
         base.append((i + 1) // 2 if i % 2 else n - i // 2)

@@ -5,8 +5,7 @@ call the GPU spins for twice the host time one call takes to issue, the L2 is fl
 its size, and CUDA events bracket the call alone. The spin keeps the host ahead of the GPU: without it a
 launcher slower than the flush left the GPU idle inside the timed span, and on the H200 resnet50_layer2_3x3's
 0.062 ms kernel (CUPTI) behind 0.09–0.13 ms of Python launch work measured 0.065–0.230 ms from one repeat to the
-next; with it 0.0647–0.0649, while kernels longer than the launch work read 0.5–1.6 % higher than before
-(benchmarks/probe_launch_gap.py at ba42e38). The
+next; with it 0.0647–0.0649, while kernels longer than the launch work read 0.5–1.6 % higher than without it. The
 median over all samples is the latency; p20/p80 show the spread of single calls, and `cv` is the
 coefficient of variation of the per-round medians, i.e. how well the median itself repeats.
 mode=graph captures `reps` back-to-back calls in one CUDA graph and times each round's replay: no launch

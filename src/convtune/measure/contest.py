@@ -122,7 +122,7 @@ def _call_of(c: Contender, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: 
     the launch), so that timing from an idle GPU counts the host work of the library's call and not the first
     call's. Before that, the contest timed each kernel's full `launch` (checks and plan every call): on the H200
     that lost three NCHW keys to torch that our kernel won on GPU time (alexnet_conv3 0.512 against 0.379 ms from
-    an idle GPU, 0.315 against 0.340 on GPU time; docs/evidence/h200_issue13_kernel_pins_copy.txt at ba42e38). A variant
+    an idle GPU, 0.315 against 0.340 on GPU time). A variant
     without `prepared` (seed) is timed through `launch`."""
     if c.meta == TORCH:
         return lambda: torch_conv.conv2d(x, w, b, p.stride, p.padding, p.dilation, precision)

@@ -6,7 +6,7 @@
   (`torch.allclose(reference, ours, atol=1e-4, rtol=1e-4)`, eval.py): cuDNN with TF32 on (torch's default for
   fp32 convolutions) for `tf32` and `tf32_trunc`, TF32 off for `tf32x3` and `ieee`. CPU torch has no TF32, so
   without a GPU cuDNN's TF32 is emulated: operands rounded to nearest TF32, then convolved in float64 (that
-  reproduced cuDNN's output within 2.3e-6 on L1 #50, FACTS.md); the `torch_reference` tag says which was used.
+  reproduced cuDNN's output within 2.3e-6 on L1 #50); the `torch_reference` tag says which was used.
 
 `check=float64` judges by the first only; `check=kernelbench` (the default) requires both, because a
 configuration the judge would reject must never become a candidate or a pin.

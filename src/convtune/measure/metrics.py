@@ -31,7 +31,7 @@ class GpuSpec:
 # Matched in order against torch.cuda.get_device_name(); the first pattern contained in the name wins.
 # Vendor datasheets: RTX 4090 (Ada, the GPU of the brief's NCU readings), H100 SXM/PCIe, H200 SXM, A100.
 GPU_SPECS: tuple[tuple[str, GpuSpec], ...] = (
-    # H200 measured 2026-11-22 (torch 2.11, triton 3.6, do_bench median, L2 flushed; FACTS.md).
+    # H200 measured values (docs/PERFORMANCE.md; torch 2.11, triton 3.6, do_bench median, L2 flushed).
     ("H200", GpuSpec("NVIDIA H200", 494.7, 66.9, 4800.0, measured_tf32_tflops=368.0, measured_copy_gbps=4270.0)),
     ("H100 PCIe", GpuSpec("NVIDIA H100 PCIe", 378.0, 51.2, 2000.0)),
     ("H100", GpuSpec("NVIDIA H100 SXM", 494.7, 66.9, 3350.0)),

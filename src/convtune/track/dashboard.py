@@ -1,4 +1,4 @@
-"""The sweep's dashboard: its parent run's description (issue 45). The MLflow UI renders a run's `mlflow.note.content`
+"""The sweep's dashboard: its parent run's description. The MLflow UI renders a run's `mlflow.note.content`
 tag as markdown on the run's Overview, so the page the sweep's `browse:` link opens answers "which configuration is
 fastest, and why" with no clicks: the ranked table (latency, p20-p80, TFLOPS, GB/s, % of peak, speed against cuDNN,
 correct), the winner marked, each row a link to its child run, the plots embedded, and a link to the runs table

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from convtune.setup import capability_of, resolve
 
 LIMIT = 8  # configurations a shape, as many as a first-use contest tries: on the H200 a shape's sweep and promote
-# then took 15-26 s (tune_model.py on AlexNet, VGG16 and ResNet-50, 2026-11-27)
+# then took 15-26 s (tune_model.py on AlexNet, VGG16 and ResNet-50; docs/PERFORMANCE.md)
 
 
 def candidate_configs(config: DictConfig) -> list[dict[str, object]]:

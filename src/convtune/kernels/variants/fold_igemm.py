@@ -1,4 +1,4 @@
-"""`fold_igemm` (issue 13, commit ac19ec3): a strided convolution over few channels as a stride-1 GEMM fed by TMA.
+"""`fold_igemm`: a strided convolution over few channels as a stride-1 GEMM fed by TMA.
 
 A stride-(SH, SW) convolution is, after a space-to-depth of its padded input (`fold`: channel (c, r, s) of folded
 position (hf, wf) is x[c, SH·hf + r - PH, SW·wf + s - PW], zero outside), a stride-1 convolution without padding
@@ -15,16 +15,12 @@ every WF, are computed and not stored). Where the output channels fill three qua
 96 of 128), the tile is split into BLOCK_N/2 + BLOCK_N/4 columns, two MMAs sharing each A tile, so that no MMA runs
 on zero weights.
 
-Measured on the H200 (benchmarks/probe_fold_rows.py at ba42e38, probe_fold_tma.py, probe_fold_library.py, probe_fold_overlap.py;
-docs/evidence/h200_issue13_fold_*.txt at ba42e38), L1 #50, fold + convolution in one call: 0.398 ms at M128-N64+32-K32-w4-s4 (the
-convolution 0.32, the tiled fold 0.080; commit 4cd2d01), where implicit_gemm at its pin took 0.526 ms and cuDNN 2.10. In the
-probes: the masked-load version of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent
-grids (one or two programs per SM, with and without flattened loops) 0.49-1.06; the batch in chunks with the folds on a
-second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. NCU (commit 4cd2d01): the convolution is latency-bound at 8 warps an SM
-(tensor pipe 50 %). commit 57f6b6b (docs/PERFORMANCE.md): Triton's automatic warp specialisation gave wrong results on this
-K loop; a Gluon version outside the library (benchmarks/probe_fold_gluon.py at ba42e38: the weight resident in shared memory, two
-MMA warpgroups in ping-pong) ran the convolution at 0.275 ms and the call at 0.351. commit 40a431a: the fold fused into a
-Gluon kernel in the library, `fused_gluon` (L1 #50's family on Hopper), now pinned for L1 #50's NCHW key.
+On the H200, L1 #50, fold and convolution in one call: 0.398 ms at M128-N64+32-K32-w4-s4 (the convolution 0.32, the
+tiled fold 0.080), where implicit_gemm at its pin takes 0.526 ms and cuDNN 2.10. The alternatives measured slower: the
+masked-load form of the same K loop 0.427 ms; a 128-wide N tile instead of the split 0.50; persistent grids 0.49-1.06;
+the batch in chunks with the folds on a second stream 0.42-0.50; BLOCK_K 16 0.43-0.45. The convolution is
+latency-bound at 8 warps an SM (tensor pipe 50 %, NCU), and Triton's automatic warp specialisation gives wrong
+results on this K loop: `fused_gluon` is the Hopper kernel that goes further (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -49,8 +45,8 @@ from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
 
 FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (strides not a power of two; not tuned)
 # Folded elements per program of the tiled fold (_fold_rows_kernel), 8 warps: L1 #50's fold 0.080 ms against 0.100 for
-# the elementwise one, which NCU found ALU-bound on its index arithmetic (89 % of the SM's ALU, DRAM 61 %;
-# benchmarks/probe_fold_overlap.py at ba42e38, docs/evidence/h200_issue13_fold_overlap.txt at ba42e38). The tile size was not tuned.
+# the elementwise one, which NCU found ALU-bound on its index arithmetic (89 % of the SM's ALU, DRAM 61 %). The tile
+# size was not tuned.
 FOLD_TILE = 4096
 
 # How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the
@@ -190,7 +186,7 @@ def _store(acc, b_ptr, y_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.con
 def split_columns(c_out: int, block_n: int) -> bool:
     """Split the column tile into BLOCK_N/2 + BLOCK_N/4 where those cover every output channel and BLOCK_N alone
     would not be needed (L1 #50's 96 channels at BLOCK_N 128: 0.343 against 0.422 ms for the convolution, M128-K32-w4-s3,
-    docs/evidence/h200_issue13_fold_tma.txt at ba42e38); each part must be 16 wide at least (tl.dot)."""
+    H200); each part must be 16 wide at least (tl.dot)."""
     return block_n >= 64 and block_n // 2 < c_out <= block_n * 3 // 4
 
 
@@ -371,8 +367,7 @@ launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The configuration per problem class. tf32: L1 #50's best on the H200 (benchmarks/probe_fold_tma.py at ba42e38,
-    BM 64/128/256 × BN 128 or 64+32 × BK 16/32 × w 4/8 × s 3/4: M128-N64+32-K32-w4-s4, fold + convolution 0.415 ms;
+    """The configuration per problem class. tf32: L1 #50's best on the H200 (BM 64/128/256 × BN 128 or 64+32 × BK 16/32 × w 4/8 × s 3/4: M128-N64+32-K32-w4-s4, fold + convolution 0.415 ms;
     K32-w8-s4 0.420, K16-w4-s3 0.435). BLOCK_N 128 up to 128 channels (split to 64 + 32 at 65-96), 64 up to 64.
     Three products or FMA per multiply (tf32x3, ieee): smaller tiles, untuned."""
     block_n = 64 if out_channels <= 64 else 128

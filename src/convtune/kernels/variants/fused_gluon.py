@@ -1,4 +1,4 @@
-"""`fused_gluon` (issue 13, commit 40a431a): L1 #50's convolution as one Gluon kernel for Hopper, the fold fused away.
+"""`fused_gluon`: L1 #50's convolution as one Gluon kernel for Hopper, the fold fused away.
 
 fold_igemm folds the input (space-to-depth by the stride) into a buffer and runs a stride-1 GEMM on it; on L1 #50 the
 fold is 0.076 ms of its 0.398. This kernel reads the NCHW input itself. In the folded K order (folded kernel row a,
@@ -7,26 +7,16 @@ and input column t, so each warp load of the A operand is 32 consecutive floats 
 from global memory (through L1) straight into the MMA's registers, rounded to TF32 there with fold_igemm's rounding
 (ties away, as cuDNN rounds on these layers), and never passes through shared memory. The folded, rounded weight
 stays resident in shared memory (162 KB for 11 × 11 over 3 channels), loaded once by TMA; a persistent program an SM
-runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows. Since commit 517fd9f a
-warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and feeds
-the three output rows that read it (18 MMAs a gather instead of 6), its next rows prefetched into L2, and an NCHW
-output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). Since issue 47 the MMAs into the
-window's rows outside a band are skipped, and each MMA warpgroup hands its finished rows through shared memory to two
-store warps of its own (fused_gluon_kernel._store_rows): L1 #50 0.24 ms against 0.27 on the H200, 2 % slower on
-the H100 (0.300 against 0.293); with the output then marked evict_last and the prefetch one row ahead, 3 % faster
-on the H100 than that (0.2863 against 0.2957 ms) and level on the H200. The SM's shared-memory carveout is
-set to 75 % so that L1 keeps the input rows. The products and their order are fold_igemm's: the output is
-fold_igemm's bit for bit.
+runs 1 or 2 MMA warpgroups (num_stages), each on a contiguous share of the batch's output rows.
 
-Measured on the H200 (benchmarks/probe_fused_gluon.py at ba42e38, docs/evidence/h200_issue13_fused_gluon.txt at ba42e38, commit 2e8d5d8): the
-whole L1 #50 call 0.3445 ms with 3 MMA warpgroups, against 0.3985 for fold_igemm at its pin in the same run; 2
-warpgroups 0.350; without the carveout 0.354 (3); NCU: latency-bound (issue slots 37-45 %, L1TEX scoreboard 31 %
-of a warp's cycles). commit 5df2d07 (benchmarks/probe_fused_gluon_hints.py at ba42e38,
-docs/evidence/h200_issue13_fused_gluon_hints.txt at ba42e38): the output stores marked evict_first and the L2 prefetch one of the
-warpgroup's rows ahead instead of two, 0.3225 ms against 0.3459 for the kernel before, the outputs bit for bit the
-same. commit 84ce735 (a probe, benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735;
-docs/evidence/h200_issue13_fused_window.txt at ba42e38): the window with the stores by channel, 0.2869-0.2891 ms against
-0.3212-0.3260 for the one-row kernel in the same runs, the output bit for bit the same.
+A warpgroup walks down its rows with a window of three accumulators: each folded input row is gathered once and
+feeds the three output rows that read it (18 MMAs a gather instead of 6), its next rows are prefetched into L2, and
+an NCHW output row is stored 32 columns of one channel a warp (fused_gluon_kernel._window). The MMAs into the
+window's rows outside a band are skipped, and each MMA warpgroup hands its finished rows through shared memory to two
+store warps of its own (fused_gluon_kernel._store_rows), whose stores are marked evict_last with the prefetch one row
+ahead. The SM's shared-memory carveout is 75 %, so that L1 keeps the input rows. The products and their order are
+fold_igemm's: the output is fold_igemm's bit for bit. L1 #50 runs in 0.232 ms on the H200 and 0.278 ms on the H100
+(docs/PERFORMANCE.md: what each of these steps bought, and what bounds it).
 
 What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability 9.0: wgmma, TMA),
 precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
@@ -76,21 +66,21 @@ MAX_OW = 64  # a tile is one output row in a 64-row MMA
 MAX_C_OUT = 96  # two MMAs of 64 and 32 columns
 COLUMNS = 96  # the packed weight's rows: zeros past C_out, so that both TMA tiles always lie inside it
 # An MMA warpgroup's registers a thread, by MMA warpgroups (num_stages): the window compiled with no spills at both
-# (commit 84ce735; at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31). With the
-# band-edge skip (issue 47), 248 for two warpgroups ran L1 #50 slower than 240 on both GPUs, side by side in one
+# (at 168, for three warpgroups, it spills 88 registers and ran 0.77 ms against 0.31). With the
+# band-edge skip, 248 for two warpgroups ran L1 #50 slower than 240 on both GPUs, side by side in one
 # process: 0.9311 against 0.9169 of the kernel before it (at 240) on the H200, 0.9700 against 0.9635 on the H100.
 REGISTERS = {1: 248, 2: 240}
 # The launch's registers a thread (maxnreg), from which warp_specialize moves registers between warpgroups
-# (setmaxnreg): the SM's 64 K registers are 512 a thread over its warpgroups. With the store warps (issue 47) two MMA
+# (setmaxnreg): the SM's 64 K registers are 512 a thread over its warpgroups. With the store warps two MMA
 # warpgroups and their store warps' warpgroup are 12 warps: 168 at launch (65,536 / 384, down to a multiple of 8) is
 # 504 over three warpgroups, 240 + 240 for the MMAs and 24 for the store warps (fused_gluon_kernel.STORE_REGS). One
 # MMA warpgroup is 8 warps (its store warps padded to a warpgroup): 136 at launch leaves it 2 x 136 - 24 = 248.
 LAUNCH_REGISTERS = {1: 136, 2: 168}
 # The preferred shared-memory carveout, percent (cuFuncSetAttribute): Triton's launcher asks for the most shared
 # memory (233 KB of the SM's 256 in NCU), leaving L1 23 KB to a kernel that gathers through it; 75 % ran L1 #50
-# 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups, commit 2e8d5d8). With the store warps' row buffers two
+# 2-4 % faster (0.3541 → 0.3445 ms at three warpgroups). With the store warps' row buffers two
 # warpgroups take 211 KB, more than 75 %: the driver raises the carveout to fit (the same kernel asked for the most
-# ran 1.03x slower before the store warps, issue 47); one warpgroup's 187 KB fits in it
+# ran 1.03x slower before the store warps); one warpgroup's 187 KB fits in it
 CARVEOUT = 75
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 # Its design fixes every launch parameter but one: the MMA warpgroups, which ride in num_stages (REGISTERS)
@@ -249,7 +239,7 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """The one configuration class: two MMA warpgroups, L1 #50's best on the H200 (the window 0.3116-0.3124 ms against
-    0.3408-0.3425 with one; the probe benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735)."""
+    0.3408-0.3425 with one)."""
     return Meta(BLOCK_M=64, BLOCK_N=128, BLOCK_K=16, num_warps=4, num_stages=2)
 
 
@@ -309,7 +299,7 @@ WINDOW_ROWS = {fg.WINDOW_ROWS}  # the folded kernel's rows as the kernel takes t
 # launch keys (shapes, bias, device, 16-byte alignments) → the compiled kernel's launcher and its constexprs: after the
 # first call a launch skips Triton's per-call dispatch (the forward's host time: 109 us through it, 20 us for the
 # library's bound launch on the H200; KernelBench times each call alone after a 0.07 ms L2 clear, so host time past
-# that shows in its runtime; commit 517fd9f)
+# that shows in its runtime)
 _launches = {{}}
 
 

@@ -4,7 +4,7 @@ Imported only when a launch needs it (fused_gluon._kernel_module): Gluon compile
 interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 3 input channels: a K step of 16 is
 one channel's 4 input rows × 4 columns, the tile one output row of at most 64 columns, the output channels 64 + 32,
 the folded kernel 3 rows (the window's three accumulators; smaller kernels are folded with zero rows to 3). Each MMA
-warpgroup hands its finished rows through shared memory to two store warps of its own (issue 47).
+warpgroup hands its finished rows through shared memory to two store warps of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one war
 BLOCK_K = gl.constexpr(16)  # a K step: one input channel's SH × SW = 4 × 4 window
 N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand (tensor shapes are powers of two)
 N2 = gl.constexpr(32)
-# Folded input rows ahead of the window that the L2 prefetch asks for (issue 47, L1 #50, the store warps, the output
+# Folded input rows ahead of the window that the L2 prefetch asks for (L1 #50, the store warps, the output
 # evict_last: _store_chunk). In balanced orders on the H100 (measure/ab.balanced_orders) the kernel before, 2 ahead
 # and evict_first, ran 1.0320 (95 % 1.0249-1.0372) of this one's time, none ahead 0.9894; on the H200 the two ran level
 # (the kernel before 1.0081, 1.0043-1.0101; a copy of this one 1.0063). The probes that chose it ran the kernel before
@@ -98,7 +98,7 @@ def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_
     """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, at `row`: in an NCHW output
     the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on L1 #50) is
     marked evict_last. Marked evict_first, it ran 2 % faster before the store warps (0.3454 → 0.3387 ms on the
-    H200, commit 5df2d07). With them (issue 47), against evict_first at the prefetch 2 rows ahead (that kernel after
+    H200). With them, against evict_first at the prefetch 2 rows ahead (that kernel after
     cuDNN, AHEAD says why that matters): evict_last 0.9664-0.9717 on the H200 and 0.9748-0.9810 on the H100, no hint
     0.9698 and 0.9856-0.9941. On the H100 the gathers marked evict_first then ran 1.28x the plain loads' time, through
     L2 only (.cg) 1.016x."""
@@ -118,7 +118,7 @@ def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, N
                 OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
     """The store warps of MMA warpgroup WHO: each row it hands over (the rows of its range, in order) to the output.
     An NCHW row is written 32 consecutive columns of one channel a warp instruction (128 contiguous bytes; from the
-    MMA layout a store covers 8 columns of 4 channels, 4 partial lines: 8 % slower, commit 84ce735), a channels_last
+    MMA layout a store covers 8 columns of 4 channels, 4 partial lines: 8 % slower), a channels_last
     one 8 channels of 4 columns.
 
     Issue 47: the MMA warpgroups stored their own rows before, each through a shared-memory round trip with its
@@ -204,9 +204,9 @@ def _step(x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, ac
         wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
         g_img = img + wrap * (end // OH - img)
         g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
-        # (the image clamped in the loop, as the commit 84ce735 probe did: with N - 1 hoisted out of the loop the
+        # (the image clamped in the loop: with N - 1 hoisted out of the loop the
         # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
-        # instructions of a kind; commit 517fd9f)
+        # instructions of a kind)
         m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
                              (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
         acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _column(
@@ -227,24 +227,24 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
 
     Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
     f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
-    that reads it, as before commit 517fd9f, it fed 6, and the gathers bounded the call). After folded row f's KWF
+    that reads it, it fed 6, and the gathers bounded the call). After folded row f's KWF
     columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band of R rows takes R + 2
     steps; the MMAs into the window's rows outside the band (above it in its first two steps, below it in its last
-    two) are skipped, 2 / (R + 2) of them (issue 47: computed and dropped before). Each row's products are summed in
+    two) are skipped, 2 / (R + 2) of them (not computed and dropped). Each row's products are summed in
     the order (tap row, tap column, channel), as fold_igemm sums them: the output is fold_igemm's bit for bit. Each
     column's gather is issued while the previous column's MMAs run (the band's last gather the next band's first),
     and each column then waits for its MMAs: MMAs left running across the loop's back edge gave wrong results (the
-    loop-carried A registers are not those the MMAs read; commit 2e8d5d8), and so did the columns unrolled with the
-    wait deferred a column (issue 47: 48-62 registers spilled under triton 3.6).
+    loop-carried A registers are not those the MMAs read), and so did the columns unrolled with the
+    wait deferred a column (48-62 registers spilled under triton 3.6).
 
-    Measured on L1 #50 side by side in one process (issue 47, commit 8e2c480): with the skip 0.2697 ms against 0.2952
+    Measured on L1 #50 side by side in one process: with the skip 0.2697 ms against 0.2952
     on the H200 (0.9188, 95 % 0.9112-0.9251), 0.2841 against 0.2944 on the H100 (0.9659); the rows chosen for each
-    column instead of each step ran 1.2 % slower than no skip (H200). Before it (the probe
-    benchmarks/probe_fused_window.py at ba42e38 of commit 84ce735, commit 84ce735): 0.3116-0.3174 ms with two
+    column instead of each step ran 1.2 % slower than no skip (H200). Without the skip and the store warps: 0.3116-0.3174
+    ms with two
     warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
     warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
     and take 0.77. Two warpgroups on the same rows with the channels split 64 + 32 ran 0.9671 without the skip and
-    1.0001 with it (issue 47)."""
+    1.0001 with it."""
     gl.static_assert(C == 3, "the gather names three channels' K steps")
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 8])
     mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, 8])
@@ -282,7 +282,7 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
             _prefetch_folded(x_ptr, img, f + AHEAD, i + AHEAD < steps, C, H, W, PH, SH)
             # the window's rows that are the band's: all three inside it; (f - 1, f) and f at its top, (f - 2, f - 1)
             # and f - 2 at its bottom; f - 1 alone in a band of one row. Chosen for the step, not for each column:
-            # the column loop stays as it was (the choice in each column ran 3.4 % slower, issue 47)
+            # the column loop stays as it was (the choice in each column ran 3.4 % slower)
             if (i >= 2) & (i < rows):
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,

@@ -206,7 +206,7 @@ def bind(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional
     """The plan's launch with its binary, grid and constexprs bound: `launch(x, packed_weight, bias or x, out)`
     for tensors aligned as these (and an output from torch's allocator). It skips Triton's per-call binding of
     26 arguments, its specialisation key and cache lookup (JITFunction.run), which took more host time than
-    torch's whole convolution call inside a ResNet-50 forward (docs/evidence/h200_issue11_pins.txt at ba42e38 §9). Launch
+    torch's whole convolution call inside a ResNet-50 forward. Launch
     hooks (profilers) still run: Triton's runner reads them on every call. Compiles and checks the binary as
     `run` does if no call has yet. None off CUDA, under the interpreter, and where this Triton's compiled kernel has no runner."""
     if x.device.type != "cuda" or not isinstance(_conv2d_igemm_kernel, triton.runtime.JITFunction):  # interpreter
@@ -277,8 +277,7 @@ launch, prepared = HOST.launch, HOST.prepared
 
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """The default configuration per problem class, from a sweep on an H200 (benchmarks/probe_kernels.py at ba42e38,
-    2026-11-22; docs/PERFORMANCE.md). A pin for the exact problem and GPU takes precedence (convtune.pins)."""
+    """The default configuration per problem class, from a sweep on an H200 (docs/PERFORMANCE.md). A pin for the exact problem and GPU takes precedence (convtune.pins)."""
     block_n = 64 if out_channels <= 64 else 128  # one tile covers every channel up to 128
     if precision == "tf32x3" and stride_w % 2 == 0 and width % 2 == 0:
         # VEC=2 path, three products per multiply: 256-row tiles spill (255 registers, 98-172 spilled,

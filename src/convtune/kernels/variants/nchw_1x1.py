@@ -1,4 +1,4 @@
-"""`nchw_1x1` (issue 13, commit 5df2d07): a 1×1 stride-1 convolution read straight from NCHW, as the batched GEMM it is.
+"""`nchw_1x1`: a 1×1 stride-1 convolution read straight from NCHW, as the batched GEMM it is.
 
 With a 1×1 kernel, stride 1 and no padding, image n's output is Xₙᵀ·Wᵀ: M = the image's H·W positions, N = C_out,
 K = C_in. In NCHW an input tile is BLOCK_K channels × BLOCK_M positions with the positions contiguous, which TF32 wgmma
@@ -10,14 +10,13 @@ computes one tile of BLOCK_M positions × BLOCK_N output channels of one image; 
 neighbours in the grid, so the input tile they share is read once from DRAM. Where H·W is not a multiple of 4 (a
 TMA row must start 16-byte aligned) the tile is a masked load instead.
 
-Why (resnet50_layer1_1x1, the suite's worst row with an NCHW input, 0.40x cuDNN's faster layout: nhwc_igemm needs a
-copy of the 205 MB input to channels_last, and implicit_gemm breaks TF32 ties away from zero, 1.9e-4 from cuDNN
-here). On the H200 (benchmarks/probe_pointwise.py at ba42e38, docs/evidence/h200_issue13_nchw_1x1.txt at ba42e38): 0.0698 ms at
+Why: on resnet50_layer1_1x1 with an NCHW input, nhwc_igemm needs a copy of the 205 MB input to channels_last and
+implicit_gemm breaks TF32 ties away from zero (1.9e-4 from cuDNN). On the H200 this kernel takes 0.0698 ms at
 M64-N64-K32-w4-s3 against cuDNN's 0.0737 NCHW and 0.0728 channels_last (1.04x; 3.7 TB/s), implicit_gemm 0.0844;
-with masked loads instead of TMA 0.0950 at its best; the same GEMM with the input as the B operand (stored
-transposed in shared memory for the MMA) slower than 0.104 at every tile. Tiles of 128 output channels gave wrong outputs on the H200 (0.25-0.42
-from the exact sum, two shapes, with TMA; right without) where 64 gave none wrong in 108 configurations, so BLOCK_N
-is at most 64 (check_meta).
+masked loads instead of TMA 0.0950 at their best; the input as the B operand (stored transposed in shared memory)
+slower than 0.104 at every tile. Tiles of 128 output channels gave wrong outputs on the H200 (0.25-0.42 from the
+exact sum, two shapes, with TMA; right without) where 64 gave none wrong in 108 configurations, so BLOCK_N is at most
+64 (check_meta).
 
 What it takes (make_plan refuses the rest in one line): precision tf32, a 1×1 kernel, stride 1 and no padding (any
 dilation: a 1×1 kernel has none to dilate), up to 65535 images (the grid's second axis).
@@ -241,7 +240,7 @@ launch, prepared = HOST.launch, HOST.prepared
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """One class: resnet50_layer1_1x1's best on the H200 (0.0698 ms; M64-N64-K64-w4-s2 0.0699, M128-N64-K64-w8-s3
-    0.0708; benchmarks/probe_pointwise.py at ba42e38, docs/evidence/h200_issue13_nchw_1x1.txt at ba42e38)."""
+    0.0708)."""
     return Meta(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
 
 

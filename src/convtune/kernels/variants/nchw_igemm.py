@@ -1,4 +1,4 @@
-"""`nchw_igemm` (issue 13, commit d6e8224): the stride-1 implicit GEMM of `nhwc_igemm`, read straight from an NCHW input.
+"""`nchw_igemm`: the stride-1 implicit GEMM of `nhwc_igemm`, read straight from an NCHW input.
 
 The GEMM is nhwc_igemm's: M = output positions, N = C_out, K = taps × input channels, tap by tap with the channels
 innermost; the weight packed [C_out, KH, KW, C_in], rounded once, the K-major B operand through TMA (nhwc_igemm's
@@ -7,16 +7,15 @@ contiguous. Where the output is as wide as the input (stride 1 and 2·padding_w 
 padding along W), the address of tap (r, s) at output position p is p + (r·DH − PH)·W + s·DW − PW + c·H·W, affine in
 p, so a warp's loads are 128 contiguous bytes; a tap's shift leaves them 4-byte aligned, so they are scalar loads
 (TMA cannot take such a shift: on the H200 a tile at an innermost coordinate that is not a multiple of 4 floats ended
-in "an illegal instruction", benchmarks/probe_nchw_direct.py at ba42e38 --tma). TF32 wgmma cannot take a positions-contiguous
+in "an illegal instruction"). TF32 wgmma cannot take a positions-contiguous
 tile from shared memory (K-major only) but can from registers: the tile is rounded to nearest TF32 there (ties to
 even, as cuDNN at stride 1) and is the MMA's register A, as in `nchw_1x1`. A program's positions stay in one image
 (grid: an image's position tiles × C_out tiles, images), its C_out tiles side by side so that they share its input
 rows in L2. The output is written in the call's layout.
 
-Why: with an NCHW input the stride-1 layers ran `nhwc_igemm` after a copy of the input to channels_last inside the
-call, and on large images that copy is most of the gap to cuDNN. On the H200 (benchmarks/probe_nchw_direct.py at ba42e38,
-docs/evidence/h200_issue13_nchw_igemm.txt at ba42e38), vgg16_conv3_2 with an NCHW input: 0.3898 ms at M64-N256-K32-w4-s3 against
-the library's 0.4168 (nhwc_igemm after the copy) and cuDNN's 0.3687 channels_last, 0.4850 NCHW: 0.95x cuDNN's faster
+Why: with an NCHW input `nhwc_igemm` runs after a copy of the input to channels_last inside the call, and on large
+images that copy is most of the gap to cuDNN. On the H200, vgg16_conv3_2 with an NCHW input takes 0.3898 ms at
+M64-N256-K32-w4-s3 against 0.4168 for nhwc_igemm after the copy and cuDNN's 0.3687 channels_last, 0.4850 NCHW: 0.95x cuDNN's faster
 layout instead of 0.88x. Where C_out needs more than one 256-wide tile, or the input has 384 channels, the register
 path costs more than the copy saves (alexnet_conv5 10 %, conv2 25 %, conv3 51 %, conv4 56 % slower than the
 library's path; resnet50_layer2_3x3 level), so it is a library kernel for the contest to pin where it wins, not the
@@ -199,7 +198,7 @@ launch, prepared = HOST.launch, HOST.prepared
 
 def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
     """One 256-wide tile of output channels where one covers them (vgg16_conv3_2's best on the H200, 0.3898 ms; M128-
-    N256-w8 0.4260; benchmarks/probe_nchw_direct.py at ba42e38, docs/evidence/h200_issue13_nchw_igemm.txt at ba42e38), else 128 wide
+    N256-w8 0.4260), else 128 wide
     (alexnet_conv3/4's best tile width; none of them faster than the library's other paths); up to 128 channels one
     tile of M128 (resnet50_layer2_3x3's best, 0.0916 ms at K16, 0.0924 at K32), 64 wide up to 64 channels (not measured:
     half of a 128-wide tile would be zeros)."""

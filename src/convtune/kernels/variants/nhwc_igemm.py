@@ -1,4 +1,4 @@
-"""`nhwc_igemm` (first version, issue 13): the implicit GEMM over channels_last tensors, for stride-1 layers.
+"""`nhwc_igemm`: the implicit GEMM over channels_last tensors, for stride-1 layers.
 
 M = output positions of all images (N·OH·OW, contiguous in NHWC), N = C_out, K = KH·KW·C_in ordered tap by tap
 with the input channels innermost. In NHWC both GEMM operands are then K-major: an A tile is BLOCK_M rows of
@@ -123,8 +123,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
     H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
     best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
-    resnet50_layer2_3x3 (0.076 against 0.069 ms; benchmarks/probe_nhwc.py at ba42e38 --weight-tma both,
-    docs/evidence/h200_issue13_tma.txt at ba42e38). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
+    resnet50_layer2_3x3 (0.076 against 0.069 ms). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
     nearest TF32 already (round_input), so the kernel does not round its tiles."""
     m = g.n * g.oh * g.ow
     if m * g.c_out >= 2**31:
@@ -150,7 +149,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     """Launch a plan on tensors that match it (the caller has checked them; `x` channels_last-contiguous, `out`
     in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt).
     A binary's later launches go past Triton's per-call dispatch, the host cost that kept torch on NCHW keys our
-    kernel won on GPU time (docs/PERFORMANCE.md, commit 8c733f9)."""
+    kernel won on GPU time (docs/PERFORMANCE.md)."""
     wp = packed_weight(weight, plan.round_weight)
     b = bias if bias is not None else x
     cx = plan.constexprs
@@ -173,8 +172,7 @@ launch, prepared = HOST.launch, HOST.prepared
 # The `nhwc_preround` variant: the input rounded to nearest TF32 before the kernel (for `tf32`; any other precision
 # runs as nhwc_igemm does). Why a variant of its own: rounding the A tiles in the kernel sends them from shared memory
 # through registers into the MMA (TTGIR: a register operand in k-slices of 8), and which of the two pipelines is
-# faster depends on the tile. On the H200, each way at its best of 14 configurations (benchmarks/probe_prerounded.py
-# at ba42e38 --grid, docs/evidence/h200_issue13_prerounded_grid.txt at ba42e38), the kernel on a rounded input was
+# faster depends on the tile. On the H200, each way at its best of 14 configurations, the kernel on a rounded input was
 # 5-13 % faster (alexnet_conv4 0.367 against 0.423 ms, vgg16_conv3_2 0.330 against 0.348); the rounding costs a pass
 # over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in the copy an NCHW
 # input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2 and

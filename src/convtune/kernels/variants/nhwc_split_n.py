@@ -1,13 +1,13 @@
-"""`nhwc_split_n` (issue 13, commit dcf25e1): `nhwc_preround`'s GEMM with the output channels in two launches, whole
+"""`nhwc_split_n`: `nhwc_preround`'s GEMM with the output channels in two launches, whole
 BLOCK_N-wide tiles on the call's stream and the channels left over in narrower tiles beside them on a second stream.
 
 Why: a 128 × 256 tile at one program an SM does the same work as two 128 × 128 tiles at two an SM 13 % faster (0.0787
-against 0.0909 ms a wave at K 3456 on the H200: docs/evidence/h200_issue13_waves.txt at ba42e38), but 384 output channels
+against 0.0909 ms a wave at K 3456 on the H200), but 384 output channels
 (alexnet_conv3/conv4) are one and a half 256-wide tiles, and a 256-wide tile over the last 128 wastes half its MMAs.
 Here the first C_OUT // BLOCK_N · BLOCK_N channels run in the configuration's tiles and the rest in REST_TILE's; the
-second launch fills the SMs the first's last wave leaves, so the two run as one wave pattern. On alexnet_conv4 (benchmarks/probe_mixed.py at ba42e38,
-docs/evidence/h200_issue13_split_n.txt at ba42e38), M128-N256-w8-s4 with the 128 channels left over at M128-N128-w4-s3 took
-0.3416 ms against 0.3657 for the pin's M128-N128-w4-s3 over all 384 (kernels alone, channels_last), and 0.4023 ms
+second launch fills the SMs the first's last wave leaves, so the two run as one wave pattern. On alexnet_conv4,
+M128-N256-w8-s4 with the 128 channels left over at M128-N128-w4-s3 takes
+0.3416 ms against 0.3657 for M128-N128-w4-s3 over all 384 (kernels alone, channels_last, H200), and 0.4023 ms
 with both launches on one stream: the second stream is what pays.
 
 One launch with a tile kind a branch does not fit: Triton 3.6 gives each branch's pipeline its own shared memory
@@ -43,7 +43,7 @@ __all__ = ["TF32_TIES", "default_meta", "launch", "prepared"]
 
 # The tile of the channels left over (C_OUT % BLOCK_N), at most 128 wide: with alexnet_conv4's 256-wide tiles at
 # M128-N256-w8-s4, its 128 channels left over took 0.3416 ms at M128-N128-w4-s3 (two programs an SM) and 0.3963 at
-# M64-N128-w4-s3 (three an SM), both on a stream of their own (benchmarks/probe_mixed.py at ba42e38)
+# M64-N128-w4-s3 (three an SM), both on a stream of their own (H200).
 REST_TILE = Meta(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
 
 

@@ -1,37 +1,35 @@
-"""`nhwc_streamk` (issue 13, commit 3e5fcf9): `nhwc_preround`'s GEMM with a part-empty last wave shared along K.
+"""`nhwc_streamk`: `nhwc_preround`'s GEMM with a part-empty last wave shared along K.
 
 The nhwc kernels run one program a tile, so a batch runs in waves of (SMs × programs an SM), and their time steps
-with whole waves (benchmarks/probe_waves.py at ba42e38, docs/evidence/h200_issue13_waves.txt at ba42e38): alexnet_conv5's 338 tiles of
+with whole waves: on the H200 alexnet_conv5's 338 tiles of
 128 × 256 fill 2.56 waves of one program an SM, and the 56 %-full third wave costs a whole one. Here the programs
 below DP_TILES run one tile each, as nhwc_igemm's do, and the last SK_WORKERS programs share the K steps of the
 last SK_TILES tiles (the last full wave and the rest) in equal runs (stream-K): a worker's run covers whole tiles and
 parts of at most two. A part is stored to a workspace; the last part of a tile to arrive (an atomic count) sums the
 parts in worker order, so the sum does not depend on which arrives last, and writes the tile.
 
-What keeps it right (each found on the H200 with the probe of commit 1869f9b, benchmarks/nhwc_split_probe.py at ba42e38 at commit
-ea7cb1a):
+What keeps it right (each found on the H200):
 - the input is rounded to nearest TF32 before the kernel (as nhwc_preround's is), so A goes from shared memory
-  straight into the MMA: the probe's split sums came out wrong, differently each launch, only with A rounded in the
+  straight into the MMA: split sums came out wrong, differently each launch, only with A rounded in the
   kernel (M64-N256-w4-s3), the family that also gave wrong sums unsplit on K loops of num_stages - 1 steps
-  (common.safe_stages, commit ea7cb1a);
+  (common.safe_stages);
 - the runs are cut in grains of num_stages K steps (a tile's last grain takes the remainder), so that no part's
   pipelined K loop runs fewer than num_stages steps;
 - a CTA barrier before each part, so that a part's loads into the pipeline's shared memory never overtake a warp
-  still reading the previous tile's store, whose layout change uses the same shared memory (found in the probe's
-  PTX, commit 54da2cc).
+  still reading the previous tile's store, whose layout change uses the same shared memory (found in the PTX).
 
 When it splits: only where a program holds an SM alone (the driver's occupancy for the binary is 1), and the last
-wave is under SPLIT_BELOW full. In the probe, with the split in the one kernel, alexnet_conv5 at M128-N256-w8-s4 (one
+wave is under SPLIT_BELOW full. With the split in the one kernel, alexnet_conv5 at M128-N256-w8-s4 (one
 program an SM) went 0.2354 → 0.2214 ms (its NCHW route 0.885x → 0.928x cuDNN's faster layout) and alexnet_conv2
 0.7331 → 0.6619; at two programs an SM conv4 went 3.8 % slower and conv3 7.1 % (a lone program in a part-empty wave
 runs faster than the wave model says). Elsewhere the binary runs every tile whole. As a kernel of its own after the
-whole tiles (commit ea7cb1a) the split gained 1.3 % on conv5: the second launch waits for the first's last wave. This
-kernel, against nhwc_preround at the same tile (commit 3e5fcf9, benchmarks/probe_streamk.py at ba42e38): alexnet_conv5 NCHW 0.2766 →
+whole tiles the split gains 1.3 % on conv5: the second launch waits for the first's last wave. This kernel, against
+nhwc_preround at the same tile: alexnet_conv5 NCHW 0.2766 →
 0.2682 ms, alexnet_conv2 -6 to -8 %; alexnet_conv3/conv4 at M128-N256 (1.12 waves split) 4-7 % slower, and at
 M128-N128-w8-s3, whose binary here holds an SM alone, 15-28 % slower: a pin decides per key.
 
-The K loop is nhwc_igemm's (kept as a copy there, so that the pinned nhwc binaries stay the ones they were measured
-with). The GPU check: tests/gpu_scripts/nhwc_streamk.py.
+The K loop is nhwc_igemm's (nhwc_tiles._tile_sum; nhwc_igemm keeps its own copy, so that the pinned nhwc binaries
+stay the ones they were measured with). The GPU check: tests/gpu_scripts/nhwc_streamk.py.
 """
 
 from __future__ import annotations

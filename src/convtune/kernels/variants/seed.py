@@ -3,7 +3,7 @@
 GEMM view: M = N·OH·OW output positions, N = C_out, K = C_in·KH·KW. Each program computes a
 BLOCK_M × BLOCK_N tile of the output with fp32 accumulation and a TF32 (or IEEE) `tl.dot`. The K loop
 is a `tl.static_range`, i.e. fully unrolled, so `num_stages` has nothing to pipeline: on an H200 stages
-1–4 ran within 0.1 % of each other (FACTS.md). Problem sizes are runtime arguments, as in the brief.
+1–4 ran within 0.1 % of each other. Problem sizes are runtime arguments, as in the brief.
 Called with an explicit configuration: no autotuning.
 """
 
@@ -129,7 +129,7 @@ def _right_at(level: str, g: ConvGeometry, consts: dict, x: torch.Tensor, weight
     return agrees(outs, xs, ws, bs, g.stride, g.padding, g.dilation, consts["PRECISION"])
 
 
-# The brief's NCU configuration (its grid of 48,400 programs on L1 #50): 2.28 ms on an H200 (FACTS.md);
+# The brief's NCU configuration (its grid of 48,400 programs on L1 #50): 2.28 ms on an H200;
 # this implementation ran it at 1.99 ms (255 registers, 16 spilled). The same for every problem.
 DEFAULT_META = Meta(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
 
