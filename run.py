@@ -17,7 +17,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from convtune.app import run_job  # noqa: E402
 from convtune.config import exit_on_bad_yaml, register_configs  # noqa: E402
-from convtune.setup import exit_on_unknown_keys  # noqa: E402
+from convtune.config_keys import exit_on_unknown_keys  # noqa: E402
 
 register_configs()
 

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from convtune.config import TuneModelConfig, exit_on_bad_yaml, register_configs  # noqa: E402
-from convtune.setup import exit_on_unknown_keys  # noqa: E402
+from convtune.config_keys import exit_on_unknown_keys  # noqa: E402
 
 register_configs()
 ROOT = Path(__file__).resolve().parent

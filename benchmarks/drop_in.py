@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library.functional import default_precision, lookup, output_format
+from convtune.library.call_key import default_precision, output_format
+from convtune.library.functional import decision
 from convtune import pins
 
 
@@ -127,8 +128,8 @@ def per_layer(ref: torch.nn.Module, x: torch.Tensor, steps: int) -> None:
             if key not in shapes:
                 shapes[key] = time_ms({"ours": lambda: convtune.conv2d(xi, m.weight, None, m.stride, m.padding),
                                        "cudnn": lambda: F.conv2d(xi, m.weight, None, m.stride, m.padding)}, steps)
-            value, _ = lookup(xi, m.weight, False, m.stride, m.padding, m.dilation, default_precision())
-            runs = "torch (pin)" if value == pins.TORCH else f"convtune {value.short()}"
+            value = decision(xi, m.weight, False, m.stride, m.padding, m.dilation, default_precision()).value
+            runs = "torch (pin)" if value == pins.TORCH else f"convtune {pins.describe(value)}"
             rows.append((name, rel(ours), rel(theirs), shapes[key]["ours"], shapes[key]["cudnn"], runs))
     print(f"per layer ({len(rows)} convolutions, {len(shapes)} distinct shapes), TF32, against float64; "
           "'library' is convtune.conv2d, running what the pins say:")

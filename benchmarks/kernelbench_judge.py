@@ -1,10 +1,10 @@
-"""Run KernelBench's own judge (`eval_kernel_against_ref`, src/kernelbench/eval.py) on an exported file.
+"""Run KernelBench's own judge (`kernelbench.eval.eval_kernel_against_ref`) on an exported file.
 
 KernelBench's package __init__ and utils import LLM clients (openai, litellm, dotenv), so this loads only
-eval.py, timing.py and dataset.py from a copy of its source (not part of convtune: fetch the repository and
+its modules eval, timing and dataset from a copy of its source (not part of convtune: fetch the repository and
 copy those three files into a folder) as a package whose `utils` is a one-function stand-in.
 
-    python benchmarks/kernelbench_judge.py --kb .kb/kernelbench --ref .kb/level1_50.py exports/kernelbench_l1_50.py
+    python benchmarks/kernelbench_judge.py --kb <folder> --ref <level1/50_...py> <export.py>
 
 It prints KernelBench's result as JSON, then one line, the verdict (`verdict`), last: KernelBench's own "[Profiling]"
 lines come before it, and a log's tail then says what the judge found (a tail of the JSON alone had read as the
@@ -22,11 +22,11 @@ from pathlib import Path
 
 def load_eval(kb_dir: Path) -> types.ModuleType:
     pkg = types.ModuleType("kernelbench")
-    pkg.__path__ = [str(kb_dir)]  # eval.py's `from . import timing, dataset` resolves in that folder
+    pkg.__path__ = [str(kb_dir)]  # kernelbench.eval's `from . import timing, dataset` resolves in that folder
     sys.modules["kernelbench"] = pkg
     utils = types.ModuleType("kernelbench.utils")
 
-    def get_gpu_vendor(device=None):  # the only name eval.py takes from utils
+    def get_gpu_vendor(device=None):  # the only name kernelbench.eval takes from utils
         import torch
 
         return "nvidia" if "NVIDIA" in torch.cuda.get_device_name(device).upper() else "unknown"

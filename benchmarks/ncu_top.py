@@ -2,7 +2,7 @@
 issue slots, L1 and L2 hit rates, throughput against peak, and the warp stall reasons by cycles a warp spends in each
 (largest first). Used by the GPU scripts after `ncu --set full`.
 
-    python benchmarks/ncu_top.py raw.csv
+    python benchmarks/ncu_top.py <report>.csv
 """
 
 from __future__ import annotations

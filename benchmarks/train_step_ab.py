@@ -1,5 +1,5 @@
 """Is the converted ResNet-50 slower than torch's per step? A paired A/B measurement fine enough to answer at
-batch 32, where a train step is host-bound and round medians scatter by ±2–4 % (probe_train_gap.py).
+batch 32, where a train step is host-bound and round medians scatter by ±2–4 %.
 
 One model, torchvision's ResNet-50 converted in place (convtune.nn.convert, running what the pins say), timed
 in four ways that differ only in its convolutions' classes: torch.nn.Conv2d ("torch"), convtune.nn.Conv2d
@@ -8,7 +8,7 @@ that convert(model, example_input) leaves as torch's by default, and torch.nn.Co
 "no difference" looks like). The same parameters, optimizer, tensors and Python objects in all four, so the
 difference is the conversion alone. (Separate
 copies are not equal: in a first run the deep copy of torch's model ran 1 % faster than the model itself at
-batch 32, interval 0.982–0.996; docs/evidence/h200_issue11_ab_first.txt at ba42e38.)
+batch 32, interval 0.982–0.996.)
 
 Each step is timed on the host clock up to a synchronize (what a user waits for); the four take turns step by
 step, cycling through all 24 orders, so drift cancels out of the per-turn ratios and each one runs as often

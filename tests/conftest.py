@@ -110,7 +110,7 @@ def run_here(tmp_path, store, capsys, caplog):
 
 def compose(*overrides):
     """The composed config with its `hydra` node, as `python run.py ...` would compose it from ROOT, for
-    calling a task in-process (setup.resolve reads the hydra node a composed config carries)."""
+    calling a task in-process (resolve.resolve reads the hydra node a composed config carries)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 

@@ -1,7 +1,7 @@
 """The tests' command lines (`python run.py ...`, `promote.py`, `tune_model.py`) started from a preloaded Python.
 
 A CLI process spends ~3.5 CPU-s importing torch and mlflow before it does anything; the suite starts dozens, and on
-CI's two cores that was half the suite's time (issue 43). `run` here behaves as `subprocess.run(cmd,
+CI's two cores that was half the suite's time. `run` here behaves as `subprocess.run(cmd,
 capture_output=True, text=True)`, and `popen` as `subprocess.Popen` with piped output for the tests that signal a
 sweep or start several at once: each command is still a process of its own, with its own output, exit status,
 working folder, environment and arguments, running the script as `python <script>` does. The process is forked

@@ -88,7 +88,7 @@ def test_percent_of_peak_uses_the_precision_ceiling():
 
 
 def test_floor_is_the_larger_of_compute_and_traffic():
-    # FACTS.md: max(53.97 GFLOP / 368 TFLOP/s, 451.65 MB / 4.27 TB/s) = 0.147 ms on an H200, measured ceilings
+    # docs/PERFORMANCE.md, the floor of L1 #50: max(53.97 GFLOP / 368 TFLOP/s, 451.65 MB / 4.27 TB/s) = 0.147 ms on an H200, measured ceilings
     assert floor_ms(L1_50, gpu_spec("NVIDIA H200"), "tf32") == (pytest.approx(0.1467, rel=1e-3), "measured")
     h100, src = gpu_spec("NVIDIA H100 80GB HBM3"), None
     got, src = floor_ms(L1_50, h100, "tf32")

@@ -120,7 +120,7 @@ def test_asymmetric_stride_and_padding():
     (["+problem.chanels=3"], "problem.chanels=3 is not allowed: not a convtune key"),
 ])
 def test_keys_the_schema_does_not_have_are_refused_even_with_plus(overrides, message):
-    from convtune.setup import refuse_early, resolve
+    from convtune.resolve import refuse_early, resolve
     from tests.conftest import compose
 
     cfg = compose("problem=tiny", *overrides)
@@ -130,7 +130,7 @@ def test_keys_the_schema_does_not_have_are_refused_even_with_plus(overrides, mes
 
 
 def test_a_gpu_preset_is_refused_without_a_gpu_and_known_keys_pass():
-    from convtune.setup import refuse_early
+    from convtune.resolve import refuse_early
     from tests.conftest import compose
 
     refuse_early(compose("problem=tiny", "num_warps=4", "problem.batch=1", "+experiment=seed_configs"))
@@ -167,9 +167,9 @@ def test_a_malformed_preset_is_one_line_naming_its_file_and_line(tmp_path):
     (["promote.top=3"], "error: promote.top='3' is not allowed: not a convtune key (did you mean promote.top_k?)"),
 ])
 def test_an_unknown_key_without_plus_is_one_line_with_the_closest_key(capsys, argv, line):
-    """issue 45: Hydra answered `num_warp=4` with "To append to your config use +num_warp=4", the wrong fix; the entry
+    """Hydra answered `num_warp=4` with "To append to your config use +num_warp=4", the wrong fix; the entry
     points now check the command line's keys before Hydra composes, as they check `+key=value`."""
-    from convtune.setup import exit_on_unknown_keys
+    from convtune.config_keys import exit_on_unknown_keys
 
     with pytest.raises(SystemExit) as e:
         exit_on_unknown_keys(argv)
@@ -193,7 +193,7 @@ def test_an_unknown_key_without_plus_is_one_line_with_the_closest_key(capsys, ar
 ])
 def test_an_override_hydra_cannot_read_or_use_is_one_line_in_every_entry_point(capsys, argv, root, line):
     from convtune.config import TuneModelConfig
-    from convtune.setup import exit_on_unknown_keys
+    from convtune.config_keys import exit_on_unknown_keys
 
     schema, groups = (TuneModelConfig, ("tracking",)) if root == "tune_model" else (None, ("problem", "kernel"))
     with pytest.raises(SystemExit) as e:
@@ -205,7 +205,8 @@ def test_an_override_hydra_cannot_read_or_use_is_one_line_in_every_entry_point(c
 def test_a_seed_torch_cannot_take_and_an_experiment_name_mlflow_cannot_keep_are_named_in_one_line():
     """A huge seed failed every job as "Overflow when unpacking long long"; a name over 500 characters was blamed on
     the store ("tracking.uri=... cannot be used: 'name' exceeds the maximum length")."""
-    from convtune.setup import check_values, experiment_name
+    from convtune.config_keys import check_values
+    from convtune.resolve import experiment_name
 
     with pytest.raises(ConfigError, match=r"^seed=99999999999999999999 is not allowed: an integer from 0 to "
                                           r"2\*\*63 - 1$"):

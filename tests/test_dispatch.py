@@ -1,4 +1,4 @@
-"""What the library runs (library/dispatch.py, issue 44): the overlay, this GPU's pin, a family pin verified on first
+"""What the library runs (library/dispatch.py): the overlay, this GPU's pin, a family pin verified on first
 use, tuning on first use, else torch; the overlay refused whole where broken or foreign. The first-use contests run
 for real here, through the Triton interpreter on CPU host times (the GPU machine runs them on the GPU)."""
 

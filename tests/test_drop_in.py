@@ -200,7 +200,7 @@ def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
 
 
 def test_under_autocast_the_module_gives_torchs_dtype_and_values(monkeypatch):
-    """issue 44: under torch.autocast(bfloat16) convtune.nn.Conv2d returned float32 where torch returns bfloat16;
+    """Under torch.autocast(bfloat16) convtune.nn.Conv2d returned float32 where torch returns bfloat16;
     its kernels are fp32, so autocast's calls take torch's own path."""
     from convtune import kernels
 

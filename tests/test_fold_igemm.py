@@ -13,7 +13,7 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import Meta, get_variant
 from convtune import pins
 from convtune.kernels.variants import fold_igemm as fi
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32
 
 fold_igemm = get_variant("fold_igemm")

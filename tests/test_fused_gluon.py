@@ -18,7 +18,7 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
 from convtune import pins
 from convtune.kernels.variants import fused_gluon as fg
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.variants.fold_igemm import fold_weight
 from convtune.kernels.precision import round_to_tf32
 from tests import preloaded
@@ -205,7 +205,7 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     and both output layouts. The MMAs: a gather's are written once for each set of the window's rows a step may take
     (_window: 3 rows, 2, 2, 1, 1, 1, so 10 rows × 3 K steps × 2 column tiles), each TF32 MMA of K 16 as two wgmma
     instructions of K 8: 120 a warpgroup. Whether ptxas keeps them in flight is not asked here
-    (benchmarks/check_fused_window.py at ba42e38 counted the waits in the binary on the GPU). The registers: out of the
+    (that needs the binary a GPU compiles). The registers: out of the
     launch's (fused_gluon.LAUNCH_REGISTERS) warp_specialize gives the MMA warpgroups theirs (REGISTERS) and the store
     warps STORE_REGS with setmaxnreg; had the launch's left too few, it would set none.
 
@@ -221,7 +221,7 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "from triton.backends.compiler import GPUTarget\n"
         "from convtune.errors import UnsupportedProblem\n"
         "from convtune.kernels import Meta\nfrom convtune.kernels.variants import fused_gluon as fg\n"
-        "from convtune.kernels.common import geometry\n"
+        "from convtune.kernels.conv_args import geometry\n"
         "import torch\n"
         "try:\n"
         "    from triton.experimental.gluon._runtime import GluonASTSource\n"
@@ -269,7 +269,7 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
 
 def test_verify_draws_fused_gluon_cases_from_its_family_at_tf32_and_refuses_it_off_hopper(capsys):
     from convtune.commands.verify import main as verify_main
-    from convtune.commands.verify import make_cases
+    from convtune.commands.verify_cases import make_cases
 
     cases = make_cases(["fused_gluon"], ["tf32", "ieee"], 300, 0, small=True)
     assert len(cases) == 300 and {c.precision for c in cases} == {"tf32"}

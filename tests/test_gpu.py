@@ -85,13 +85,13 @@ def test_the_module_runs_torch_where_the_pin_says_so(tmp_path, monkeypatch):
     import torch.nn.functional as F
 
     import convtune
-    from convtune.library import dispatch, functional
+    from convtune.library import call_key, dispatch
     from convtune import pins
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
     x = torch.rand(2, 3, 19, 17, device="cuda")
-    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), functional.default_precision())
+    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), call_key.default_precision())
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
     monkeypatch.setenv(pins.ENV_VAR, str(f))
@@ -117,12 +117,12 @@ def test_a_kernel_without_a_bound_launch_is_remembered_per_signature_and_forgott
     import convtune
     from convtune.kernels import Meta
     from convtune import pins
-    from convtune.library import dispatch, functional
+    from convtune.library import call_key, dispatch
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(64, 128, 1).cuda()
     x = torch.rand(4, 64, 16, 16, device="cuda")
-    prec = functional.default_precision()
+    prec = call_key.default_precision()
     key = ConvProblem("", 4, 64, 16, 16, 128, 1, 1, (1, 1), (0, 0), (1, 1), 1, True).key()
     f = tmp_path / "pins.yaml"
     for train in (False, True):
@@ -155,13 +155,13 @@ def test_a_train_pin_sends_the_modules_training_calls_to_torch_and_no_other(tmp_
     import torch.nn.functional as F
 
     import convtune
-    from convtune.library import dispatch, functional
+    from convtune.library import call_key, dispatch
     from convtune import pins
     from convtune.problem import ConvProblem
 
     layer = convtune.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).cuda()
     x = torch.rand(2, 3, 19, 17, device="cuda")
-    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), functional.default_precision(),
+    key = pins.pin_key(ConvProblem("", 2, 3, 19, 17, 20, 5, 5, (2, 1), (2, 1)).key(), call_key.default_precision(),
                        training=True)
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, torch.cuda.get_device_name(), "implicit_gemm", key, pins.TORCH, {})
@@ -184,9 +184,9 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
     to torch.nn.Conv2d; one whose "+train" pin names a configuration, and one with no pin (the kernel's default),
     stay convtune's."""
     import convtune
-    from convtune.library import dispatch, functional
+    from convtune.library import call_key, dispatch
     from convtune import pins
-    from convtune.kernels.common import Meta
+    from convtune.kernels.meta import Meta
     from convtune.problem import ConvProblem
 
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1),
@@ -194,7 +194,7 @@ def test_convert_leaves_as_torch_only_the_layers_pinned_to_torch_in_both_modes(t
     x = torch.rand(2, 3, 12, 12, device="cuda")
     first, second = (ConvProblem("", 2, c, 12, 12, 8, 3, 3, (1, 1), (1, 1)).key() for c in (3, 8))
     f = tmp_path / "pins.yaml"
-    gpu, prec = torch.cuda.get_device_name(), functional.default_precision()
+    gpu, prec = torch.cuda.get_device_name(), call_key.default_precision()
     for key, value in ((pins.pin_key(first, prec), pins.TORCH), (pins.pin_key(first, prec, training=True), pins.TORCH),
                        (pins.pin_key(second, prec), pins.TORCH),
                        (pins.pin_key(second, prec, training=True), Meta(32, 32, 32, 4, 2))):
@@ -249,14 +249,14 @@ def test_the_compiled_tf32_roundings_give_the_host_roundings_bits():
 
 def test_the_bound_nhwc_launches_give_the_dispatched_calls_bits_on_the_gpu():
     """tests/gpu_scripts/bound_nhwc.py: after a binary's first (Triton-dispatched) call, nhwc_igemm.run and the layout
-    copies launch it past the dispatch (kernels.common.bound_runner); on random shapes, layouts, precisions and both
+    copies launch it past the dispatch (kernels.runner.bound_runner); on random shapes, layouts, precisions and both
     nhwc kernels those calls give the first call's bits."""
     _script_says_ok("tests/gpu_scripts/bound_nhwc.py")
 
 
 def test_the_nhwc_kernels_on_short_k_loops_on_the_gpu():
     """tests/gpu_scripts/nhwc_short_k.py: both nhwc kernels on 1 to 36 K steps at 2 to 5 stages, every launch right
-    and the same bits (common.safe_stages: the loops of num_stages - 1 steps Triton 3.6 got wrong)."""
+    and the same bits (meta.safe_stages: the loops of num_stages - 1 steps Triton 3.6 got wrong)."""
     _script_says_ok("tests/gpu_scripts/nhwc_short_k.py")
 
 

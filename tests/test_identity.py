@@ -1,4 +1,4 @@
-"""A kernel's identity (issue 43): its jit code, compile options and version; never its host plumbing or comments."""
+"""A kernel's identity: its jit code, compile options and version; never its host plumbing or comments."""
 
 import importlib.util
 import sys

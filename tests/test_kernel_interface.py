@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from convtune.kernels.base import KernelVariant, Knob, Space, register
-from convtune.kernels.common import Meta
+from convtune.kernels.meta import Meta
 from convtune.kernels.host import Host, without_input
 from convtune.kernels.identity import kernel_identity
 
@@ -130,9 +130,9 @@ def test_a_new_variant_is_one_module_and_its_yaml(tmp_path):
 
     listed = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import convtune.kernels as k
-        from convtune.commands import verify
+        from convtune.commands import verify_cases
         assert k.__file__.startswith(%r), k.__file__
-        cases = verify.make_cases(['toy_direct'], ['ieee'], 2, 0, True)
+        cases = verify_cases.make_cases(['toy_direct'], ['ieee'], 2, 0, True)
         assert [c.variant for c in cases] == ['toy_direct'] * 2, cases
         print(sorted(k.VARIANTS), k.LIBRARY_KERNELS, sorted(e for v in k.REGISTRY.values() for e in v.entry_points))
     """ % str(copy))], env=env, capture_output=True, text=True, cwd=copy, timeout=300)

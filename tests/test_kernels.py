@@ -147,12 +147,12 @@ def test_default_configuration_per_problem_class():
     assert ig.default_meta(96, 4, 224, "tf32x3") == Meta(128, 128, 32, 8, 3)  # 256-row tiles spill under tf32x3
     assert get_variant("seed").default_meta(96, 4, 224) == Meta(32, 64, 32, 4, 2)  # the brief's NCU config
     nhwc = get_variant("nhwc_igemm")
-    assert nhwc.default_meta(384, 1, 13) == Meta(128, 128, 32, 8, 3)  # the H200 sweep's winners (issue 13)
+    assert nhwc.default_meta(384, 1, 13) == Meta(128, 128, 32, 8, 3)  # the H200 sweep's winners
     assert nhwc.default_meta(192, 1, 27) == Meta(64, 256, 32, 4, 3)
     assert nhwc.default_meta(128, 1, 28) == Meta(64, 128, 32, 4, 3)
     assert nhwc.default_meta(64, 1, 56) == Meta(64, 64, 32, 4, 3)
     assert nhwc.default_meta(384, 1, 13, "tf32x3") == Meta(64, 64, 32, 4, 3)
-    pre = get_variant("nhwc_preround")  # its own sweep on a rounded input (issue 13, commit 8c733f9)
+    pre = get_variant("nhwc_preround")  # its own sweep on a rounded input
     assert pre.default_meta(384, 1, 13) == Meta(128, 128, 32, 4, 3)
     assert pre.default_meta(256, 1, 56) == pre.default_meta(192, 1, 27) == Meta(128, 256, 32, 8, 4)
     assert pre.default_meta(128, 1, 28) == Meta(128, 128, 32, 8, 3)
@@ -313,11 +313,11 @@ def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypa
 
 
 def test_there_is_no_bound_launch_without_a_compiled_kernel():
-    """kernels.common.bound_runner: under the interpreter a launch returns no compiled kernel, and the launchers
+    """kernels.runner.bound_runner: under the interpreter a launch returns no compiled kernel, and the launchers
     keep going through the JIT function (their bound launches are checked on the GPU: tests/gpu_scripts/bound_nhwc.py)."""
     from convtune.kernels import layout
     from convtune.kernels.variants import nhwc_igemm
-    from convtune.kernels.common import bound_runner
+    from convtune.kernels.runner import bound_runner
 
     assert bound_runner(None, (4,), nhwc_igemm._conv2d_nhwc_kernel, 5, {}) is None
     x = torch.randn(2, 16, 5, 3)
@@ -328,7 +328,7 @@ def test_there_is_no_bound_launch_without_a_compiled_kernel():
 
 def test_every_registered_variant_has_its_conf_and_every_conf_a_variant():
     """A variant is one kernel module (it registers itself, kernels/base.py), its conf/kernel YAML and its tests; the
-    registry is what every list of kernels comes from (issue 43)."""
+    registry is what every list of kernels comes from."""
     from tests.conftest import ROOT
 
     confs = {p.stem for p in (ROOT / "conf" / "kernel").glob("*.yaml")} - {"library"}

@@ -19,7 +19,7 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
 from convtune import pins
 from convtune.kernels.variants import nchw_1x1 as pw
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
 from tests import preloaded
 
@@ -129,7 +129,7 @@ import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from convtune.kernels.variants import nchw_1x1 as pw
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 found = []
 for x_shape, x_type in (((64, 256, 56, 56), "tensordesc<fp32[1, 32, 64]>"), ((2, 64, 7, 7), "*fp32")):
     g = geometry(torch.empty(x_shape, device="meta"), torch.empty((64, x_shape[1], 1, 1), device="meta"), 1, 0, 1)
@@ -171,7 +171,7 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
 
 def test_verify_draws_nchw_1x1_cases_from_its_family_at_tf32_and_they_pass_in_the_interpreter(capsys):
     from convtune.commands.verify import main as verify_main
-    from convtune.commands.verify import make_cases
+    from convtune.commands.verify_cases import make_cases
 
     for small in (True, False):
         cases = make_cases(["nchw_1x1"], ["tf32", "ieee"], 200, 0, small=small)

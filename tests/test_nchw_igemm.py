@@ -20,7 +20,7 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import GENERAL, LIBRARY_KERNELS, Meta, get_variant
 from convtune import pins
 from convtune.kernels.variants import nchw_igemm as ni
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
 from tests import preloaded
 
@@ -121,7 +121,7 @@ import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from convtune.kernels.variants import nchw_igemm as ni
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 found = []
 for c, w_type in ((256, "tensordesc<fp32[256, 32]>"), (6, "*fp32")):
     g = geometry(torch.empty((32, c, 56, 56), device="meta"), torch.empty((256, c, 3, 3), device="meta"), 1, 1, 1)
@@ -163,7 +163,7 @@ def test_it_is_a_library_kernel_restricted_to_its_family():
 
 def test_verify_draws_nchw_igemm_cases_from_its_family_at_tf32_and_they_pass_in_the_interpreter(capsys):
     from convtune.commands.verify import main as verify_main
-    from convtune.commands.verify import make_cases
+    from convtune.commands.verify_cases import make_cases
 
     for small in (True, False):
         cases = make_cases(["nchw_igemm"], ["tf32", "ieee"], 200, 0, small=small)

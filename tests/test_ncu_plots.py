@@ -7,7 +7,7 @@ import pytest
 from convtune.measure import ncu
 from convtune.track import plots
 
-CAPTURE = Path(__file__).parent / "data" / "ncu_capture.csv"  # benchmarks/evidence.sh at ba42e38 suite, 2026-11-22
+CAPTURE = Path(__file__).parent / "data" / "ncu_capture.csv"  # `ncu --set full` over the suite on an H200
 
 
 def test_parse_a_captured_ncu_csv():

@@ -16,7 +16,7 @@ from convtune.kernels import Meta
 from convtune import pins
 from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.variants import nhwc_split_n as sn
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
 
 

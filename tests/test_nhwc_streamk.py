@@ -19,7 +19,7 @@ from convtune.kernels import Meta, llvm_opt
 from convtune import pins
 from convtune.kernels.variants import nhwc_igemm
 from convtune.kernels.variants import nhwc_streamk as sk
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
 
 
@@ -52,7 +52,7 @@ def test_every_split_tile_is_summed_once_in_parts_of_at_least_a_grain(tiles, ste
     for worker, tile, k_lo, k_hi in parts(sched, steps, grain):
         covered[tile].append((k_lo, k_hi))
         by_worker.setdefault(worker, []).append((k_lo, k_hi))
-        assert k_hi - k_lo >= min(grain, steps)  # never the short loops of num_stages - 1 steps (common.safe_stages)
+        assert k_hi - k_lo >= min(grain, steps)  # never the short loops of num_stages - 1 steps (meta.safe_stages)
     for runs in covered.values():
         runs.sort()
         assert runs[0][0] == 0 and runs[-1][1] == steps and all(a[1] == b[0] for a, b in itertools.pairwise(runs))

@@ -65,7 +65,7 @@ K1 = key(1)
     (f"pins:\n  NVIDIA G:\n    implicit_gemm:\n      {K1}: {{meta: {{BLOCK_M: abc, BLOCK_N: 32, BLOCK_K: 32, "
      "num_warps: 4, num_stages: 2}}\n", f"entry NVIDIA G / implicit_gemm / {re.escape(K1)}: meta BLOCK_M='abc' is not "
      "an integer"),
-    # issue 46: a misspelt section, GPU, field or key is refused with the closest valid name, never read as "no pins"
+    # a misspelt section, GPU, field or key is refused with the closest valid name, never read as "no pins"
     (f"pins:\n  NVIDIA G:\n    implicit_gemmm:\n      {K1}: {{meta: {META_TEXT}}}\n",
      r"'implicit_gemmm' is not a kernel variant or 'torch' \(did you mean 'implicit_gemm'\?\)"),
     (f"pins:\n  interpeter:\n    implicit_gemm:\n      {K1}: {{meta: {META_TEXT}}}\n",
@@ -98,7 +98,7 @@ def _pin_block(gpu: str, n: int, block_m: int) -> str:
 
 
 def test_a_repeated_block_or_key_is_refused_naming_file_line_and_key(tmp_path):
-    """issue 46: PyYAML keeps the last of duplicate keys, so a second `interpreter:` block appended by hand or by a
+    """PyYAML keeps the last of duplicate keys, so a second `interpreter:` block appended by hand or by a
     merge dropped the first block's pins silently, and the next promote wrote the file without them."""
     f = tmp_path / "pins.yaml"
     f.write_text("pins:\n" + _pin_block("interpreter", 1, 64) + _pin_block("interpreter", 2, 32))
@@ -235,7 +235,7 @@ def test_a_crash_mid_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
 
 def test_two_concurrent_promotes_both_land(tmp_path):
     f = tmp_path / "pins.yaml"
-    code = ("import sys; from convtune.pins import write_pin; from convtune.kernels.common import Meta\n"
+    code = ("import sys; from convtune.pins import write_pin; from convtune.kernels.meta import Meta\n"
             "for i in range(15): write_pin(__import__('pathlib').Path(sys.argv[1]), 'NVIDIA G', 'implicit_gemm', "
             "f'n{sys.argv[2]}{i}-c3-h8-w8-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32', Meta(32, 32, 32, 4, 2), "
             "{'i': i})\n")
@@ -316,7 +316,7 @@ def test_lookup_exact_then_nearest_same_geometry_then_default():
 
 
 def test_conv2d_runs_a_kernel_only_where_this_gpu_has_an_exact_pin_and_torch_elsewhere(tmp_path, monkeypatch, caplog):
-    """issue 44: the library runs a kernel only where a measurement on this GPU pinned it; another batch of a pinned
+    """The library runs a kernel only where a measurement on this GPU pinned it; another batch of a pinned
     shape, another geometry, or another GPU's pin is no such measurement, and torch runs there."""
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "interpreter", "implicit_gemm", KEY, Meta(16, 32, 16, 2, 2), {})
@@ -381,7 +381,7 @@ def test_a_run_for_a_key_pinned_to_torch_measures_the_kernels_default(tmp_path):
     from convtune.kernels import get_variant
     from convtune.library import dispatch
     from convtune.problem import ConvProblem
-    from convtune.setup import measured_config
+    from convtune.resolve import measured_config
 
     f = tmp_path / "pins.yaml"
     pins.write_pin(f, "NVIDIA G", "implicit_gemm", KEY, pins.TORCH, {})
@@ -511,7 +511,7 @@ def test_a_pin_naming_nhwc_preround_runs_it_on_a_rounded_copy_in_either_layout(t
 def test_kernel_library_runs_measure_the_kernel_the_pin_names(tmp_path):
     """The tracker's kernel=library measures what the library runs: the pinned kernel with its configuration
     (recorded as that kernel's run); a torch pin leaves the rule's kernel at its default."""
-    from convtune.setup import resolve
+    from convtune.resolve import resolve
     from tests.conftest import compose
 
     f = tmp_path / "pins.yaml"

@@ -1,4 +1,4 @@
-"""The library on GPUs other than the one that tuned it (issue 44): what it may choose on an A100 (sm_80) or an RTX
+"""The library on GPUs other than the one that tuned it: what it may choose on an A100 (sm_80) or an RTX
 4090 (sm_89, the brief's GPU) compiles and fits there. No GPU needed: tests/portability_check.py compiles each launch
 for a named target (Triton's GPUTarget) and reports each binary's shared memory."""
 

@@ -151,7 +151,7 @@ def test_a_broken_pins_file_stops_promote_with_its_name(tmp_path, store):
 
 
 def test_a_read_only_pins_file_is_refused_before_the_contest(tmp_path, store, pins_file, monkeypatch):
-    """issue 46: a read-only pins file or folder let promote run the whole contest and then fail with a 47-line
+    """A read-only pins file or folder let promote run the whole contest and then fail with a 47-line
     traceback on pins.yaml.lock. Now it is one line, before anything is timed or recorded."""
     from convtune.measure import contest
 
@@ -400,7 +400,7 @@ def test_kernel_library_remeasures_each_kernel_on_its_own_launch(capsys, store, 
 
 
 def test_microtune_starts_from_what_the_library_runs_for_the_key(capsys, tmp_path, store):
-    """issue 44: +experiment=microtune tuned implicit_gemm's default neighbours even where the key's pin ran another
+    """+experiment=microtune tuned implicit_gemm's default neighbours even where the key's pin ran another
     kernel; it now sweeps around the pin's own kernel and configuration."""
     from convtune.tune.microtune import neighbour_configs
 
@@ -412,7 +412,7 @@ def test_microtune_starts_from_what_the_library_runs_for_the_key(capsys, tmp_pat
     out = capsys.readouterr().out
     assert configs[0] == pinned.as_dict() and {c["num_stages"] for c in configs} == {2, 3, 4}
     assert f"micro-tune tiny around {pinned.short()} (pin interpreter / fold_igemm / {KEY})" in out
-    from convtune.setup import resolve
+    from convtune.resolve import resolve
 
     assert resolve(cfg).variant.name == "fold_igemm"  # each job measures the pin's kernel
 

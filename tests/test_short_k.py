@@ -1,4 +1,4 @@
-"""common.safe_stages: nhwc_igemm compiles a K loop of exactly num_stages - 1 steps one stage shallower (Triton 3.6 gave
+"""meta.safe_stages: nhwc_igemm compiles a K loop of exactly num_stages - 1 steps one stage shallower (Triton 3.6 gave
 wrong, launch-to-launch different sums there on the H200; tests/gpu_scripts/nhwc_short_k.py is the GPU check), and no
 other loop: the plan's num_stages, the pinned binaries unchanged, the output right in the interpreter."""
 
@@ -12,7 +12,8 @@ import yaml
 
 from convtune.kernels import Meta
 from convtune.kernels.variants import nhwc_igemm
-from convtune.kernels.common import geometry, safe_stages
+from convtune.kernels.conv_args import geometry
+from convtune.kernels.meta import safe_stages
 from convtune.pins import default_path
 
 

@@ -1,4 +1,4 @@
-"""Stores that are checked (issue 46): paths read exactly as written, damaged files refused before any write, a
+"""Stores that are checked: paths read exactly as written, damaged files refused before any write, a
 store that stops taking writes is one line, and nothing temporary is left behind. In-process, on real SQLite
 files; benchmarks/fault_campaign.py runs the cases that need a real full disk or a frozen server."""
 

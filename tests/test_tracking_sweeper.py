@@ -96,7 +96,7 @@ def test_config_list_times_product_and_command_line_wins():
 def test_four_sweeps_started_at_once_in_the_default_folder_never_cross(tmp_path, new_store):
     """Before the store was created under a lock into a temporary file, 4 sweeps at once broke a new store
     for good ("table _alembic_tmp_latest_metrics already exists") and 2-3 lost whole sweeps. And before each sweep
-    had a folder of its own (issue 46), sweeps started in the same second shared Hydra's default folder and its
+    had a folder of its own, sweeps started in the same second shared Hydra's default folder and its
     state file: one parent collected 12 children of 4 sweeps, 4 of 6 parents stayed RUNNING, all exited 0. Here no
     hydra.sweep.dir is given: every sweep takes the default."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -186,7 +186,7 @@ def test_a_sweeps_run_name_says_what_it_varies_then_when():
 
 
 def test_a_childs_run_name_puts_what_the_sweep_varies_first():
-    from convtune.setup import resolve
+    from convtune.resolve import resolve
     from convtune.sweep import varied_keys
     from tests.conftest import compose
 

@@ -8,7 +8,8 @@ import torch
 from convtune.measure.correctness import judge
 from convtune.kernels import Meta, get_variant
 from convtune.problem import ConvProblem
-from convtune.commands.verify import Case, follows_rounding_rule, run_case
+from convtune.commands.verify import follows_rounding_rule, run_case
+from convtune.commands.verify_cases import Case
 from convtune.commands.verify import main as verify_main
 from tests.conftest import ROOT
 
@@ -149,7 +150,7 @@ def test_verify_draws_channels_last_cases_for_the_variants_that_read_any_layout(
     and its poisoned output out channels_last, and runs right in the interpreter."""
     import random
 
-    from convtune.commands.verify import draw_case, make_cases
+    from convtune.commands.verify_cases import draw_case, make_cases
 
     cases = make_cases(["seed", "implicit_gemm", "nhwc_igemm"], ["ieee"], 12, 3, small=True)
     layouts = {(c.variant, c.layout) for c in cases}
@@ -159,7 +160,7 @@ def test_verify_draws_channels_last_cases_for_the_variants_that_read_any_layout(
     assert (a.n, a.c, a.h, a.w, a.k, a.seed, a.meta) == (b.n, b.c, b.h, b.w, b.k, b.seed, b.meta)
     cl = next(c for c in cases if c.variant == "nhwc_igemm" and c.layout == "channels_last")
     assert "layout=channels_last" in cl.label() and Case.from_row({**cl.__dict__}).layout == "channels_last"
-    from convtune.commands.verify import case_tensors
+    from convtune.commands.verify_cases import case_tensors
     x = case_tensors(cl, "cpu")[1]
     assert x.is_contiguous(memory_format=torch.channels_last) and (cl.c == 1 or not x.is_contiguous())
     for case in [c for c in cases if c.layout == "channels_last"][:4]:
@@ -178,7 +179,7 @@ def test_first_use_is_a_gpu_check_refused_in_one_line_without_one(capsys):
 def test_first_use_draws_library_calls_of_both_layouts_that_have_an_output():
     import random
 
-    from convtune.commands.verify import _out, draw_first_use
+    from convtune.commands.verify_cases import _out, draw_first_use
 
     rng = random.Random(0)
     cases = [draw_first_use(rng, i) for i in range(60)]

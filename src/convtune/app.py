@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
 from convtune.config import TOLERANCE
-from convtune.setup import Setup, enum_value, experiment_name, resolve
+from convtune.config import enum_value
+from convtune.resolve import Setup, experiment_name, resolve
 from convtune.sweep_state import SweepState
 from convtune.record import Metric, RunView, Status, Tag
 from convtune.track.store import Tracker, say_reaped

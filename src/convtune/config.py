@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from enum import Enum
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -19,6 +19,12 @@ from omegaconf import MISSING
 # and still catches a wrong index (which gives errors of order 1). IEEE fp32 measured 3.5e-7: 1e-5 leaves
 # room for long reductions.
 TOLERANCE = {"tf32": 2e-3, "tf32_trunc": 2e-3, "tf32x3": 1e-5, "ieee": 1e-5}
+
+
+
+def enum_value(v: Any) -> Any:
+    """A config value as plain data: the string of a config Enum (precision, device, ...), else itself."""
+    return v.value if hasattr(v, "value") else v
 
 
 class Precision(Enum):
@@ -41,7 +47,7 @@ class DeviceChoice(Enum):
 
 class Profile(Enum):
     none = "none"
-    ncu = "ncu"  # re-launch once under Nsight Compute and log its counters (convtune/ncu.py)
+    ncu = "ncu"  # re-launch once under Nsight Compute and log its counters (app.py)
 
 
 class TimingMode(Enum):

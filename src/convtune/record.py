@@ -2,7 +2,7 @@
 
 Writers (the job, measure, the sweep's parent, promote) take the names from here; readers (promote's candidate
 search, the summary, the plots) read runs through `RunView`. Renaming a metric is then one edit here, and
-`tests/test_record.py` fails if a run writes a name this module does not declare. Plain data: every room
+`tests/test_cli.py` (assert_declared) fails if a run writes a name this module does not declare. Plain data: every room
 may import it (it imports nothing of convtune).
 """
 

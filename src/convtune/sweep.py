@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
 from convtune.errors import ConfigError
-from convtune.setup import Target, experiment_name, git_tags, planned_device, refuse_early, resolve_device
+from convtune.device import git_tags, planned_device, resolve_device
+from convtune.resolve import Target, experiment_name, refuse_early
 from convtune.track import summary
 from convtune.record import Metric, Param, RunView, Status, Tag
 from convtune.sweep_state import SWEEP_ENV, SweepState, claim_folder

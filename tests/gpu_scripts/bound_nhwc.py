@@ -1,4 +1,4 @@
-"""GPU check of the bound launches (kernels.common.bound_runner) in nhwc_igemm.run and kernels/layout.py: on random
+"""GPU check of the bound launches (kernels.runner.bound_runner) in nhwc_igemm.run and kernels/layout.py: on random
 shapes, input and output layouts, precisions and both nhwc kernels (through their `prepared` call, as the library
 and the contest launch them), the first call goes through Triton's dispatch and binds, the next two go past it, and
 all three give the same bits, within the precision's tolerance of float64. Prints the count and 'ok'; any

@@ -1,4 +1,4 @@
-"""GPU check of the library's layouts (issue 13): convtune.conv2d and convtune.nn.Conv2d on random shapes with
+"""GPU check of the library's layouts: convtune.conv2d and convtune.nn.Conv2d on random shapes with
 NCHW and channels_last inputs (and channels_last weights), without gradients and with them, against float64 and
 torch: the values within the precision's tolerance, the output laid out as torch lays it out, the gradients
 torch's, and each call on the kernel its pin names: every second call's key is pinned (in a pins file of this
@@ -21,7 +21,7 @@ os.environ["CONVTUNE_PINS"] = str(PINS)  # before convtune reads any pin: random
 
 os.environ.setdefault("CONVTUNE_UNPINNED", "kernel")  # the kernels' paths through the library are the subject
 import convtune  # noqa: E402
-from convtune.library import dispatch, functional  # noqa: E402
+from convtune.library import call_key, dispatch, functional  # noqa: E402
 from convtune import pins  # noqa: E402
 from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
@@ -51,7 +51,7 @@ def check(i: int) -> None:
     elif layout == "channels_last weight":
         wt = wt.contiguous(memory_format=torch.channels_last)
     grad = i % 4 == 0
-    call = functional.call_layout(x, wt)
+    call = call_key.call_layout(x, wt)
     rule = library_variant(call, c)
     # promote pins a kernel only to calls it ran correctly, and fold_igemm refuses dilation (tests/test_fold_igemm.py:
     # such a pin is an error that names it); the kernels restricted to a family of shapes (fused_gluon, nchw_1x1,

@@ -14,7 +14,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from convtune.kernels import Meta, get_variant, nchw_1x1
+from convtune.kernels import Meta, get_variant
+from convtune.kernels.variants import nchw_1x1
 from convtune.kernels.precision import round_to_tf32_even
 
 random.seed(19)

@@ -1,6 +1,6 @@
-"""GPU check of the nhwc kernels on short K loops (common.safe_stages): Triton 3.6 on the H200 gave wrong, launch-to-launch
+"""GPU check of the nhwc kernels on short K loops (meta.safe_stages): Triton 3.6 on the H200 gave wrong, launch-to-launch
 different sums where nhwc_igemm's K loop, with A rounded in the kernel and 256-wide N tiles, ran exactly num_stages - 1
-times (docs/evidence/h200_issue13_short_k.txt at ba42e38). Here 1x1 and 3x3 convolutions over 16 to 128 channels (1 to 36 K
+times. Here 1x1 and 3x3 convolutions over 16 to 128 channels (1 to 36 K
 steps) at tiles of 2 to 5 stages, both nhwc kernels in tf32, 6 launches each: every launch within 5e-3 of float64 and
 all of a case's launches the same bits. Prints each case and the counts; any wrong case raises."""
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from convtune.kernels import Meta
 from convtune.kernels.variants import nhwc_igemm
-from convtune.kernels.common import safe_stages
+from convtune.kernels.meta import safe_stages
 
 METAS = [Meta(128, 256, 32, 8, 3), Meta(128, 256, 32, 8, 4), Meta(64, 256, 32, 4, 3), Meta(64, 256, 32, 4, 4),
          Meta(64, 256, 32, 4, 5), Meta(128, 128, 32, 8, 3), Meta(64, 128, 32, 4, 3)]

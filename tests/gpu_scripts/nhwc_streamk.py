@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from convtune.kernels import Meta
 from convtune.kernels.variants import nhwc_igemm, nhwc_streamk as sk
-from convtune.kernels.common import geometry
+from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
 
 CASES = int(sys.argv[1]) if len(sys.argv) > 1 else 60

@@ -15,7 +15,8 @@ from convtune.errors import ConfigError
 from convtune.kernels import llvm_opt
 from convtune.kernels.base import REGISTRY, KernelVariant
 from convtune.kernels.host import Host
-from convtune.kernels.common import Launched, Meta, validate_meta, validate_precision
+from convtune.kernels.meta import Meta, validate_meta, validate_precision
+from convtune.kernels.runner import Launched
 
 
 llvm_opt.install()  # our kernels compile at llvm_opt's level (a workaround for an LLVM miscompile)

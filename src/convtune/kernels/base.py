@@ -3,27 +3,34 @@
 A variant's module ends with `register(KernelVariant(...))`. Importing the package `convtune.kernels` imports every
 module of it (but those named `*_kernel.py`, which hold jit code a variant imports on its first launch), so the
 registry holds every variant; everything that needs "all kernels" (the library call, verify, export, pins, the
-contest, the tests) reads `REGISTRY` instead of a list of its own. Imports torch only (through common).
+contest, the tests) reads `REGISTRY` instead of a list of its own. Imports torch only (through runner).
 """
 
 from __future__ import annotations
 
+import math
+import random
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from convtune.kernels.common import Launched, Meta
-
 from convtune.kernels import llvm_opt
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import Launched
 
 if TYPE_CHECKING:
     from convtune.kernels.host import Host
 
 
+def log_uniform_int(rng: random.Random, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform: small sizes as often as large ones (the correctness cases' draws)."""
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
 @dataclass(frozen=True)
 class Knob:
     """One launch parameter a variant restricts: the Meta field that carries it (`key`: how runs, pins and Hydra
-    spell it), the values it takes, its own name where the variant's design means something else by it (fused_gluon's
+    spell it), the values it takes, its own name where the variant's design means something else by it (a kernel whose
     MMA warpgroups ride in num_stages), and why those values."""
 
     key: str
@@ -34,7 +41,7 @@ class Knob:
 
 @dataclass(frozen=True)
 class Space:
-    """A variant's configuration space: the knobs it restricts (the rest take what kernels.common.validate_meta
+    """A variant's configuration space: the knobs it restricts (the rest take what kernels.meta.validate_meta
     allows). Its validation, its names in messages, and micro-tuning's neighbours all come from here."""
 
     variant: str
@@ -110,7 +117,7 @@ class KernelVariant:
     # the rest with UnsupportedProblem), and then `draw_case` is required
     restricted_to: Optional[str] = None
     # verify's case draw for a restricted variant: (rng, small) → a case's fields in its family (shape, stride,
-    # padding, ...: commands/verify.Case); None: the general draw
+    # padding, ...: commands/verify_cases.Case); None: the general draw
     draw_case: Optional[Callable[..., dict]] = None
     # the precisions it runs (None: every one, precision.PRECISIONS), the dtypes it takes, the epilogues it fuses
     precisions: Optional[tuple[str, ...]] = None
@@ -131,7 +138,7 @@ class KernelVariant:
     export: Optional[Callable[[Any, dict, str, str], str]] = None
     # why it cannot run a problem at a configuration, in one line, or None: (problem, meta, precision) → reason
     refuses: Optional[Callable[[Any, Meta, str], Optional[str]]] = None
-    # the launch parameters it restricts, with their own names (None: what kernels.common.validate_meta allows)
+    # the launch parameters it restricts, with their own names (None: what kernels.meta.validate_meta allows)
     space: Optional[Space] = None
 
     def __post_init__(self) -> None:
@@ -181,7 +188,7 @@ def plan_refuses(make_plan: Callable[..., Any]) -> Callable[[Any, Meta, str], Op
         import torch
 
         from convtune.errors import ConfigError, UnsupportedProblem
-        from convtune.kernels.common import geometry
+        from convtune.kernels.conv_args import geometry
 
         x = torch.empty(p.batch, p.in_channels, p.height, p.width, device="meta")
         w = torch.empty(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w, device="meta")

@@ -9,7 +9,7 @@ A variant supplies three functions and gets `launch` (one checked call, as the t
 - `run(plan, x, weight, bias, out)`: the launch on checked tensors, returning (compiled kernel, LLVM level).
 
 `BoundLaunches` is the per-variant cache behind `run`: a binary's first launch is checked once on one random image
-(kernels/llvm_opt: why) and then bound past Triton's per-call dispatch (common.bound_runner: why). `one_image` makes
+(kernels/llvm_opt: why) and then bound past Triton's per-call dispatch (runner.bound_runner: why). `one_image` makes
 that check's tensors. Imports torch only (and the kernels room's own leaves).
 """
 
@@ -22,15 +22,9 @@ import torch
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
-from convtune.kernels.common import (
-    Launched,
-    Meta,
-    bound_runner,
-    check_conv_inputs,
-    check_out,
-    geometry,
-    writes_channels_last,
-)
+from convtune.kernels.conv_args import check_conv_inputs, check_out, geometry, writes_channels_last
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import Launched, bound_runner
 from convtune.kernels.selfcheck import aligned_nan, aligned_random
 
 Plan = Any  # a variant's LaunchPlan
@@ -149,7 +143,7 @@ class BoundLaunches:
                      after_compile: Optional[Callable[[Any], None]] = None) -> Binary:
         """Choose the level of the binary `key` names (checked once: right_at(level) runs it on one image), launch it
         there (launch_at(level) returns Triton's compiled kernel), bind it for `grid` and keep it under `cache_key`
-        with `extra()`. `grid` may be a call, for a launch whose grid launch_at decides (nhwc_streamk's schedule)."""
+        with `extra()`. `grid` may be a call, for a launch whose grid launch_at decides (a stream-K schedule)."""
         level = llvm_opt.choose(key, right_at, lambda: f"{self.name} {constexprs}")
         with llvm_opt.compiling_at(level):
             compiled = launch_at(level)

@@ -1,4 +1,4 @@
-"""NCHW → channels_last copies for the kernels that read channels_last (nhwc_igemm), tiled through shared memory.
+"""NCHW → channels_last copies for the kernels that read channels_last, tiled through shared memory.
 
 Why our own: torch's `x.contiguous(memory_format=torch.channels_last)` moved the suite's NCHW inputs at about
 1.2 TB/s on the H200 (vgg16_conv3_2's 103 MB input in 0.173 ms, resnet50_layer1_1x1's 205 MB in 0.347 ms), a
@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import bound_runner
+from convtune.kernels.runner import bound_runner
 from convtune.kernels.precision import round_tf32_even, round_to_tf32_even
 
 # Measured on the H200 against torch's copy (16 tiles of 32-128 channels ×
@@ -27,7 +27,7 @@ from convtune.kernels.precision import round_tf32_even, round_to_tf32_even
 # suite's stride-1 inputs at 2.6-3.8 TB/s, 2.1-3.2x torch's speed, within 6 % of each input's best tile but
 # resnet50_layer2_3x3's (13 %). With 3 channels (L1 #50's input) every tile lost to torch's copy (0.223 ms
 # at the best tile against 0.125 ms: a 3-channel tile is mostly masked), so fewer than MIN_CHANNELS go to
-# torch's; 16 matches nhwc_igemm's own threshold (its MIN_CHANNELS) and was not probed between 3 and 96.
+# torch's; 16 matches the threshold below which the library's channels_last kernel does not serve a call and was not probed between 3 and 96.
 BLOCK_C, BLOCK_P, NUM_WARPS = 64, 64, 4
 MIN_CHANNELS = 16
 
@@ -79,7 +79,7 @@ def to_channels_last(x: torch.Tensor, block_c: int = BLOCK_C, block_p: int = BLO
     return y
 
 
-# (grid, runtime arguments, tile, rounding, device, alignments) → bound launch (common.bound_runner): the copy's
+# (grid, runtime arguments, tile, rounding, device, alignments) → bound launch (runner.bound_runner): the copy's
 # Triton dispatch took 32.7 us of host time a call on the H200.
 _bound: dict[tuple, Any] = {}
 

@@ -1,5 +1,5 @@
-"""What the NHWC-ordered implicit GEMMs share (nhwc_igemm, nhwc_preround, nhwc_split_n, nhwc_streamk, and nchw_igemm's
-weight operand): the weight packed as [C_out, KH, KW, C_in] with its TMA descriptor, the tile order, the rule for TF32
+"""What the NHWC-ordered implicit GEMMs share (the channels_last kernels, and the weight operand of the one that
+reads NCHW): the weight packed as [C_out, KH, KW, C_in] with its TMA descriptor, the tile order, the rule for TF32
 ties, the default configurations, and the jit tile helpers of the split schedules (a tile's coordinates, its sum over
 a run of K steps, its store). Variants import these from here, never from one another.
 """
@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.common import Meta, WeightCache
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import WeightCache
 from convtune.kernels.precision import round_to_tf32_even
 
 GROUP_M = 8
@@ -72,11 +73,11 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 
 def default_meta_preround(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
-    """`nhwc_preround`'s default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
+    """The pre-rounding kernels' default per problem class: the best of the pre-rounded column of the H200 grid (BM 64/128 ×
     BN 128/256 × w 4/8 × s 3/4, BK 32), by C_out: 384 (alexnet_conv3/4)
     M128-N128-w4-s3 (0.254 and 0.365 ms); 256 and 192 (alexnet_conv5, vgg16_conv3_2, alexnet_conv2) M128-N256-w8-s4
     (0.237, 0.331, 0.644; s3 within 1 %); 128 (resnet50_layer2_3x3) M128-N128-w8-s3 (0.062). Up to 64 channels, and
-    for precisions with nothing to round first, nhwc_igemm's default (not swept this way)."""
+    for precisions with nothing to round first, default_meta (not swept this way)."""
     if precision != "tf32" or out_channels <= 64:
         return default_meta(out_channels, stride_w, width, precision)
     if out_channels <= 128:
@@ -90,7 +91,7 @@ def default_meta_preround(out_channels: int, stride_w: int, width: int, precisio
 
 @triton.jit
 def _tile_at(tile, M, C_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
-    """Tile number → (row tile, column tile), in groups of GROUP row tiles per column tile (nhwc_igemm's order)."""
+    """Tile number → (row tile, column tile), in groups of GROUP row tiles per column tile (the order of every NHWC kernel here)."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
     per_group = GROUP * TILES_N

@@ -10,7 +10,7 @@ KernelBench's allclose(1e-4). Triton's TF32 `tl.dot` *truncates* the low 13 mant
 L1 #50). So:
 
 - `tf32`: operands rounded to nearest before the TF32 dot, ties broken as cuDNN breaks them for the layers the
-  kernel serves (its module's TF32_TIES: `implicit_gemm` and `fold_igemm` away, the nhwc kernels to even);
+  kernel serves (its KernelVariant.tf32_ties: the strided few-channel kernels away, the stride-1 ones to even);
 - `tf32_trunc`: Triton's plain TF32 dot (truncation): faster by the rounding's cost, does not match torch;
 - `tf32x3`: three TF32 products per multiply (fp32-class accuracy); `ieee`: true fp32 FMA.
 
@@ -101,8 +101,8 @@ CVT_RN_TF32_CAPABILITY = (9, 0)
 
 @triton.jit
 def round_tf32_even_ptx(x):
-    """round_tf32_even_bits in one instruction, PTX's cvt.rn.tf32.f32 (sm_90). In nhwc_igemm's K loop the integer
-    version cost 4-7 % against ties away (alexnet_conv5 0.2645 ms, away 0.2471, this 0.2429; same output bits)."""
+    """round_tf32_even_bits in one instruction, PTX's cvt.rn.tf32.f32 (sm_90). In the NHWC kernels' K loop the integer
+    version costs 4-7 % against ties away (alexnet_conv5 0.2645 ms, away 0.2471, this 0.2429; same output bits)."""
     bits = tl.inline_asm_elementwise("cvt.rn.tf32.f32 $0, $1;", "=r,f", [x], dtype=tl.int32, is_pure=True, pack=1)
     return bits.to(tl.float32, bitcast=True)
 

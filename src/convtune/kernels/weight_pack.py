@@ -1,11 +1,11 @@
-"""Packed weights that variants share: implicit_gemm's (kernel rows widened to their aligned window, TF32-rounded)
-made in one launch, and the folded weight of the space-to-depth kernels (fold_igemm, fused_gluon: fold_weight).
+"""Packed weights that variants share: kernel rows widened to their aligned window, TF32-rounded (pack_weight),
+and the folded weight of the space-to-depth kernels (fold_weight).
 
-implicit_gemm's packed weight is made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
+pack_weight's result is made in one launch. A layer being trained repacks after every optimizer step, at the start of its forward,
 while the GPU waits: the four torch operations of pack_weight took 331 µs of host time there against 395 µs for
 torch's whole stem convolution (H200, ResNet-50 train step, batch 32).
 This kernel writes every element of the packed tensor, the zero taps too, so nothing is allocated zeroed first;
-on CUDA its compiled binary is launched through a bound runner, as implicit_gemm.bind does."""
+on CUDA its compiled binary is launched through a bound runner, as a variant's `bind` does."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 
 job.pkl holds what Hydra's basic launcher hands to `run_job` for one job (the Hydra context, the task
 function and the job's composed config), pickled by the launcher with cloudpickle. The job runs exactly as
-under the basic launcher; its return value goes to result.json. The process ends with the job: a hang, a
+under the basic launcher; its return value goes to <result.json>. The process ends with the job: a hang, a
 crash or a sticky CUDA error takes no other job with it, and the next job starts in a fresh process.
 """
 

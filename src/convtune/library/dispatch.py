@@ -31,6 +31,7 @@ prints it, and this module's logger says it at DEBUG (the first-use checks at IN
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,10 +40,12 @@ from typing import Any, Optional, Sequence
 
 from convtune import pins
 from convtune.errors import ConfigError
-from convtune.kernels import KernelVariant, default_meta, get_variant, library_variant
+from convtune.kernels import VARIANTS, KernelVariant, default_meta, get_variant, library_variant
 from convtune.library import first_use
 from convtune.pins import overlay
 from convtune.problem import ConvProblem
+
+log = logging.getLogger(__name__)
 
 TUNE_ENV = "CONVTUNE_TUNE"  # on: tune on first use (tune_on_first_use); read by env_flag
 BUDGET_ENV = "CONVTUNE_TUNE_BUDGET_S"  # a first-use contest's time budget per shape, seconds
@@ -54,7 +57,7 @@ TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _tune: Optional[bool] = None  # set by tune_on_first_use; None: the environment decides
 # Whether a call that records gradients may run the kernel of a plain pin (one measured on forward calls). Off: such a
 # call runs torch unless a "+train" pin names a kernel. Why: on the H200, two ResNet-50 batch-32 shapes whose kernels
-# won their forward contests (nchw_1x1, nchw_igemm) each made SGD train steps 6.6 % and 7.9 % slower (tune_model.py
+# won their forward contests (two NCHW-reading kernels) each made SGD train steps 6.6 % and 7.9 % slower (tune_model.py
 # train=true, with / without 1.0662 and 1.0791); the train step waits on the host, and a training call of those kernels
 # cost ~0.6 ms of host time against torch's ~0.08 (a cProfile of 10 steps: 53 ms in 80 calls). tune_model.py train=true
 # turns it on while it times train steps, then writes the "+train" pins that the measurement supports.
@@ -94,6 +97,7 @@ def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], prec
 def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
             device: Any, files: Optional[Sequence[Path]], first_use_on: bool) -> Decision:
     home = get_variant(library_variant(p.layout, p.in_channels))
+    runs_here = {name for name, v in VARIANTS.items() if v.runs_on(capability)}  # a family pin's kernel must be one
     keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
     if unpinned_policy() == "kernel":  # the default variant at its pin (exact or nearest) or default, training too
         value, source = configuration(home, files or [pins.default_path()], gpu, p, precision, training)
@@ -115,7 +119,7 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
         value = pins.value_of(section, entry)
         if source_gpu == gpu:
             return _for_training(Decision(value, f"pin {gpu} / {section} / {key}", "pin", key, home.name), training)
-        if isinstance(value, pins.KernelPin) and not get_variant(value.kernel).runs_on(capability):
+        if isinstance(value, pins.KernelPin) and value.kernel not in runs_here:
             continue  # a family GPU's kernel that this one cannot run (its compute capability): never chosen
         cc = "" if capability is None else f", compute capability {capability[0]}.{capability[1]} as {gpu}"
         source = f"family pin {source_gpu} / {section} / {key}{cc}"
@@ -126,16 +130,23 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
         if not family_checks() or overlay.path_for(gpu) is None:
             return Decision(pins.TORCH, f"{source}, not verified on {gpu} ({FAMILY_ENV}=off or {overlay.ENV}=off): "
                                         "torch until it is", "family", key, home.name)
-        kept, why = first_use.verify_family(p, gpu, value, source_gpu, home.name, key, source, precision, device,
-                                            budget_s())
-        return Decision(kept, why, "family", key, home.name)
+        out = first_use.verify_family(p, gpu, value, source_gpu, source, precision, device, budget_s())
+        return _kept(gpu, out, Decision(out.kept, out.why, "family", key, home.name))
     if first_use_on and tuning() and capability is not None:
         # the contest times forward calls: its winner is the plain key's, which decides calls without gradients
-        kept, why = first_use.tune(p, gpu, capability, home.name, keys[-1], precision, device, budget_s())
-        return _for_training(Decision(kept, why, "tuned", keys[-1], home.name), training)
+        out = first_use.tune(p, gpu, capability, keys[-1], precision, device, budget_s())
+        return _for_training(_kept(gpu, out, Decision(out.kept, out.why, "tuned", keys[-1], home.name)), training)
     return Decision(pins.TORCH, f"no pin for {keys[-1]} on {gpu}" + (" or its family" if capability else "") +
                     ": the library runs a kernel only where a measurement on this GPU (or its family) pinned it",
                     "torch", keys[-1], home.name)
+
+
+def _kept(gpu: str, out: first_use.Outcome, d: Decision) -> Decision:
+    """A first-use contest's outcome kept in this GPU's overlay (under the section and key of `d`), so that every later
+    call of the key follows it, and logged at INFO with its cost."""
+    where = overlay.keep(gpu, d.section, d.key, out.kept, out.provenance)
+    log.info("convtune: %s%s", out.message, f"; kept in {where}" if where else "; not kept (no overlay)")
+    return d
 
 
 def configuration(variant: KernelVariant, files: Sequence[Path], gpu: str, p: ConvProblem, precision: str,

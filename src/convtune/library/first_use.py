@@ -1,57 +1,63 @@
-"""The library's first-use contests (library/dispatch.py decides when one runs): a family pin verified on this GPU, and
-tuning on first use. Each runs the candidates against torch on the call's shape with the tracker's timing and the
-judge's check (measure/contest.py), keeps the outcome in this GPU's per-user overlay (pins/overlay.py), and logs it
-at INFO with its cost. Their verdict is one the call and every later call of the key follow: the overlay is read first.
+"""The library's first-use contests (library/dispatch.py decides when one runs, and keeps the outcome): a family pin
+verified on this GPU, and tuning on first use. Each runs the candidates against torch on the call's shape with the
+tracker's timing and the judge's check (measure/contest.py) and returns an Outcome: what runs, why, and the provenance
+dispatch writes into this GPU's per-user overlay (pins/overlay.py), so that every later call of the key follows it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from convtune import pins
 from convtune.kernels import LIBRARY_KERNELS, VARIANTS, default_meta
-from convtune.pins import overlay
 from convtune.problem import ConvProblem
 
-log = logging.getLogger("convtune.library.dispatch")
 # The first-use contests: fewer rounds than promote's 15 (a user's first call waits for it), the same threshold
 MIN_GAIN, CONFIDENCE, ROUNDS, REPS = 0.02, 0.95, 7, 10
 
 
-def verify_family(p: ConvProblem, gpu: str, pin: pins.KernelPin, family_gpu: str, section: str, key: str,
-                  source: str, precision: str, device: Any, budget: float) -> tuple[pins.Pinned, str]:
-    """A family pin's first use on this GPU: its kernel against torch on the call's shape, once; the outcome kept."""
+@dataclass(frozen=True)
+class Outcome:
+    """A first-use contest's verdict: what runs (`kept`), the decision's source line, the provenance to keep in the
+    overlay, and the line logged at INFO (with its cost)."""
+
+    kept: pins.Pinned
+    why: str
+    provenance: dict[str, Any]
+    message: str
+
+
+def verify_family(p: ConvProblem, gpu: str, pin: pins.KernelPin, family_gpu: str, source: str, precision: str,
+                  device: Any, budget: float) -> Outcome:
+    """A family pin's first use on this GPU: its kernel against torch on the call's shape, once."""
     won, why, cost, numbers = contest(p, precision, device, [pin], budget)
     kept = won if won is not None else pins.TORCH
     verdict = "verified here" if won is not None else "refused here"
-    where = overlay.keep(gpu, section, key, kept, {
+    provenance = {
         "rule": f"family pin of {family_gpu}, {verdict}", "family_pin": pin.short(), "from_gpu": family_gpu,
         "date": _now(), "method": f"first-use contest against torch: {ROUNDS} rounds x {REPS} calls, min gain "
                                   f"{MIN_GAIN}, judged as KernelBench does", "seconds": round(cost, 2), **numbers,
-        "reason": why})
-    log.info("convtune: %s on %s: %s (%s; %.1f s)%s", source, gpu, "runs it" if won else "runs torch", why, cost,
-             f"; kept in {where}" if where else "; not kept (no overlay)")
-    return kept, f"{source}, {verdict} ({why})"
+        "reason": why}
+    message = f"{source} on {gpu}: {'runs it' if won else 'runs torch'} ({why}; {cost:.1f} s)"
+    return Outcome(kept, f"{source}, {verdict} ({why})", provenance, message)
 
 
-def tune(p: ConvProblem, gpu: str, capability: tuple[int, int], section: str, key: str, precision: str, device: Any,
-         budget: float) -> tuple[pins.Pinned, str]:
+def tune(p: ConvProblem, gpu: str, capability: tuple[int, int], key: str, precision: str, device: Any,
+         budget: float) -> Outcome:
     """Tuning on first use: torch against the library's kernels that take the call, within the time budget."""
     found = candidates(p, precision, capability)
     won, why, cost, numbers = contest(p, precision, device, found, budget)
     kept = won if won is not None else pins.TORCH
-    where = overlay.keep(gpu, section, key, kept, {
+    provenance = {
         "rule": "tuned on first use", "date": _now(), "candidates": len(found), "seconds": round(cost, 2),
         "method": f"first-use contest against torch: {ROUNDS} rounds x {REPS} calls, min gain {MIN_GAIN}, within "
-                  f"{budget:g} s", **numbers, "reason": why})
-    log.info("convtune: tuned %s on first use (%d candidates, %.1f s): %s (%s)%s", key, len(found), cost,
-             pins.describe(kept), why, f"; kept in {where}" if where else "; not kept (no overlay)")
-    return kept, f"tuned on first use on {gpu}: {pins.describe(kept)} ({why})"
+                  f"{budget:g} s", **numbers, "reason": why}
+    message = f"tuned {key} on first use ({len(found)} candidates, {cost:.1f} s): {pins.describe(kept)} ({why})"
+    return Outcome(kept, f"tuned on first use on {gpu}: {pins.describe(kept)} ({why})", provenance, message)
 
 
 def candidates(p: ConvProblem, precision: str, capability: Optional[tuple[int, int]],

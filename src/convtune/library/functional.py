@@ -5,8 +5,7 @@ is then cached.
 
 Which kernel: library/dispatch.py decides (the overlay, this GPU's pin, a family pin verified here, tuning on first
 use where turned on; else torch); the pins' section is the rule's
-(kernels.library_variant): a call whose output torch lays out NCHW runs `implicit_gemm`; a channels_last call
-runs `nhwc_igemm` where the input has enough channels, else `implicit_gemm`. A pin may name any of the library's
+(kernels.library_variant: the highest-ranked variant whose `serves` takes the call's layout and input channels). A pin may name any of the library's
 kernels (a promote of `kernel=library` found it faster for that key); each declares how the library runs it
 (KernelVariant.library, kernels/base.py): its plan, the input as it reads it (a copy into its layout inside the
 call, rounded to TF32 for some), and its launch, which writes the output in the call's layout. Pins are looked up
@@ -15,17 +14,18 @@ under the call's layout (the key's `nchw` / `channels_last`)."""
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import KernelVariant, get_variant, torch_conv
 from convtune import pins
-from convtune.kernels.common import ConvGeometry, check_conv_inputs, geometry, prepare
+from convtune.kernels.conv_args import ConvGeometry, check_conv_inputs, geometry, prepare
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
+from convtune.library.call_key import (_traced_default_precision, call_layout, default_precision, device_key,
+                                       output_format, why_torch)
 from convtune.problem import ConvProblem
 
 log = logging.getLogger(__name__)
@@ -33,37 +33,6 @@ log = logging.getLogger(__name__)
 # shortcut, whether its decision says torch. Made from dispatch's decisions and dropped with them (dispatch.forget).
 _calls: dict[tuple[Any, ...], Any] = {}
 _F32 = torch.float32
-
-
-def device_key(t: torch.Tensor) -> str:
-    """The pins' GPU key: the CUDA device's name, or 'interpreter' for CPU tensors under TRITON_INTERPRET=1."""
-    if t.is_cuda:
-        return torch.cuda.get_device_name(t.device)
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "interpreter"
-    raise UnsupportedProblem(f"convtune.conv2d runs on CUDA tensors (got {t.device}); on the CPU use "
-                             "torch.nn.functional.conv2d, or set TRITON_INTERPRET=1 before importing convtune")
-
-
-def default_precision() -> str:
-    """As torch does for fp32 convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off."""
-    return precision_for(torch_conv.cudnn_allows_tf32())
-
-
-def precision_for(tf32_allowed: bool) -> str:
-    """default_precision for a known state of cuDNN's TF32 flag (a caller that already read it)."""
-    return "tf32" if tf32_allowed else "ieee"
-
-
-@torch.compiler.assume_constant_result
-def _traced_default_precision() -> str:
-    """default_precision for torch.compile, which cannot trace the C getter: read once at trace time."""
-    return default_precision()
-
-
-def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
-    """The layout of a call as the pins name it: channels_last where torch's output would be (output_format)."""
-    return "channels_last" if output_format(input, weight) is torch.channels_last else "nchw"
 
 
 def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
@@ -315,50 +284,6 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 _conv2d_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def output_format(input: torch.Tensor, weight: torch.Tensor) -> torch.memory_format:
-    """Torch's rule for a convolution's output: channels_last if the input's or the weight's strides are
-    channels_last-like (Tensor::suggest_memory_format), else NCHW. The stride walk (2.3 us a call on the CPU
-    here) runs only where the layout is not plainly NCHW."""
-    def like(t: torch.Tensor) -> bool:  # an NCHW tensor that is not also channels_last-contiguous: no (0.3 us)
-        return (not t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)) and \
-            _strides_like_channels_last(t)
-    return torch.channels_last if like(input) or like(weight) else torch.contiguous_format
-
-
-def _strides_like_channels_last(t: torch.Tensor) -> bool:
-    """c10's is_channels_last_strides_2d_s4, which decides a tensor's suggested layout from its strides. Where
-    sizes of 1 make both layouts contiguous (C=1, or a 1×1 weight), the strides still tell: `.to(memory_format=
-    torch.channels_last)` writes channels_last strides, and cuDNN then returns channels_last (seen on the H200:
-    `is_contiguous(channels_last) and not is_contiguous()` got 10 of 300 such calls wrong)."""
-    if t.dim() != 4 or t.stride(1) == 0:
-        return False
-    low = 0
-    for d in (1, 3, 2, 0):
-        size, stride = t.size(d), t.stride(d)
-        if size == 0 or stride < low or (d == 0 and low == t.stride(1)):
-            return False
-        low = stride * size if size > 1 else stride
-    return True
-
-
-def why_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int,
-              padding: Any) -> Optional[str]:
-    """Why convtune.conv2d hands a call to torch's own convolution whatever the pins say, in words (None: the pins
-    decide): what no kernel of convtune takes. As convtune.nn.Conv2d does for such a layer or input."""
-    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        return f"input on {input.device} (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)"
-    if groups != 1:
-        return f"groups={groups} (the kernels take groups=1)"
-    if isinstance(padding, str):
-        return f"padding={padding!r} (the kernels take numbers)"
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and t.dtype is not _F32:
-            return f"{name} is {t.dtype} (the kernels take float32)"
-    if input.dim() != 4:
-        return f"{input.dim()}-d input (the kernels take a batch, N×C×H×W)"
-    return None
-
-
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
     """torch.nn.functional.conv2d, with gradients (through PyTorch's convolution backward) and traceable by
@@ -366,10 +291,9 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     dtype other than float32, groups, padding given as a string, an input that is not 4-d) runs torch's own
     convolution, with the reason logged at DEBUG (logger convtune.library.functional), as convtune.nn.Conv2d does.
 
-    Any layout is taken, and the output follows torch's rule (output_format). A call with an NCHW output runs
-    implicit_gemm on the input, copied to NCHW if it is not; a channels_last call runs nhwc_igemm on the input
-    as it is (copied to channels_last if strided otherwise), or where it has few channels (kernels.library_variant)
-    implicit_gemm on an NCHW copy; a pin may name the other kernel for its key. The first call of a signature (shapes, layout, padding, precision, device,
+    Any layout is taken, and the output follows torch's rule (output_format). Without a pin the call runs the
+    library's default variant for its layout and input channels (kernels.library_variant), on the input copied into
+    the layout that variant reads where it is not in it already; a pin may name another kernel for its key. The first call of a signature (shapes, layout, padding, precision, device,
     input alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
     Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
     torch.compile inside the operator, as the pin is read when the call runs)."""

@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
-from convtune.library import functional
+from convtune.library import call_key, functional
 from convtune.library import dispatch
-from convtune.library.functional import conv2d, decision, default_precision
+from convtune.library.call_key import default_precision
+from convtune.library.functional import conv2d, decision
 from convtune.pins import TORCH
 from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
@@ -55,7 +56,7 @@ class Conv2d(torch.nn.Conv2d):
         # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
         # a dev CPU against 0.03 us for a dict read); reading them from _parameters pays for part of the checks
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
-        # train step (benchmarks/train_step_ab.py, probe_module_host.py): convert(model, example_input) leaves
+        # train step (benchmarks/train_step_ab.py; a cProfile of the module's forward): convert(model, example_input) leaves
         # such layers as torch.nn.Conv2d.
         if torch.is_autocast_enabled(x.device.type):  # our kernels are fp32: under autocast, torch's own path and dtype
             return super().forward(x)
@@ -68,7 +69,7 @@ class Conv2d(torch.nn.Conv2d):
         training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
         bound = self._bound
-        precision = functional.precision_for(tf32)
+        precision = call_key.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
         sig = (x.shape, x.dtype, x.device, dispatch.generation, tf32, training)
@@ -194,7 +195,7 @@ def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[Conv
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        m.bias is not None, init="randn", layout=functional.call_layout(x, m.weight))
+                        m.bias is not None, init="randn", layout=call_key.call_layout(x, m.weight))
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 

@@ -3,7 +3,7 @@
 - float64: `torch.nn.functional.conv2d` in double precision, i.e. how far from exact. The relative L2 error
   must be within the precision's tolerance (convtune.config.TOLERANCE); a wrong index gives errors of order 1.
 - torch at its own settings for that precision, compared the way KernelBench's judge compares
-  (`torch.allclose(reference, ours, atol=1e-4, rtol=1e-4)`, eval.py): cuDNN with TF32 on (torch's default for
+  (`torch.allclose(reference, ours, atol=1e-4, rtol=1e-4)`, kernelbench.eval): cuDNN with TF32 on (torch's default for
   fp32 convolutions) for `tf32` and `tf32_trunc`, TF32 off for `tf32x3` and `ieee`. CPU torch has no TF32, so
   without a GPU cuDNN's TF32 is emulated: operands rounded to nearest TF32, then convolved in float64 (that
   reproduced cuDNN's output within 2.3e-6 on L1 #50); the `torch_reference` tag says which was used.
@@ -25,7 +25,7 @@ from convtune.kernels.precision import cudnn_tf32_ties, host_rounding, torch_use
 from convtune.problem import ConvProblem
 from convtune.record import Metric, Tag
 
-KB_ATOL = KB_RTOL = 1e-4  # KernelBench eval.py, fp32
+KB_ATOL = KB_RTOL = 1e-4  # kernelbench.eval, fp32
 CHECKS = ("kernelbench", "float64")
 
 

@@ -1,4 +1,4 @@
-"""Check an exported KernelBench file the way KernelBench's judge does (eval.py, eval_kernel_against_ref):
+"""Check an exported KernelBench file the way KernelBench's judge does (kernelbench.eval.eval_kernel_against_ref):
 the reference `Model` and the file's `ModelNew` built right after the same seed (so their parameters agree
 only if ModelNew creates them in nn.Conv2d's order), several trials on fresh `torch.rand` inputs, each
 compared with `torch.allclose(reference, new, atol=1e-4, rtol=1e-4)` with torch at its defaults (cuDNN,

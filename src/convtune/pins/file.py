@@ -26,7 +26,7 @@ import yaml
 from filelock import FileLock
 
 from convtune.pins import schema
-from convtune.kernels.common import Meta
+from convtune.kernels.meta import Meta
 
 PACKAGE_PINS = Path(__file__).resolve().parents[1] / "pins.yaml"
 ENV_VAR = "CONVTUNE_PINS"  # the library's override of the pins file location

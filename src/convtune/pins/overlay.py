@@ -1,6 +1,6 @@
 """The per-user pins overlay: what this user's GPU proved on first use, read before the packaged pins.
 
-One file a GPU, `<dir>/pins-<gpu>.yaml`, in the pins file's own format (kernels/pins.py: read strictly, written one
+One file a GPU, `<dir>/pins-<gpu>.yaml`, in the pins file's own format (pins/file.py: read strictly, written one
 entry at a time under a file lock and replaced atomically, so many processes may write it at once). It holds:
 - a family pin verified here (dispatch.py): the pin as measured on another GPU of this GPU's family, with the check's
   numbers in its provenance; or `backend: torch` where that pin lost to torch or failed the judge's check here;

@@ -10,7 +10,7 @@ import re
 from typing import Any, Iterable, Type
 
 from convtune.errors import ConfigError
-from convtune.kernels.common import Meta, validate_meta
+from convtune.kernels.meta import Meta, validate_meta
 from convtune.kernels.precision import PRECISIONS
 
 TOP_KEYS = ("pins", "gpus", "families")

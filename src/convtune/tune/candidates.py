@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from convtune.setup import capability_of, resolve
+from convtune.device import capability_of
+from convtune.resolve import resolve
 
 LIMIT = 8  # configurations a shape, as many as a first-use contest tries: on the H200 a shape's sweep and promote
 # then took 15-26 s (tune_model.py on AlexNet, VGG16 and ResNet-50; docs/PERFORMANCE.md)

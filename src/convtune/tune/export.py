@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from convtune.problem import ConvProblem
-from convtune.setup import resolve
+from convtune.resolve import resolve
 
 
 

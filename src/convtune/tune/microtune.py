@@ -1,6 +1,6 @@
 """The brief's micro-tuning stage as a sweep: the current pin (or default) and its neighbours only.
 
-num_stages ±1 within {2, 3, 4} (or the next values of the variant's own, where its Space restricts them: fused_gluon's
+num_stages ±1 within {2, 3, 4} (or the next values of the variant's own, where its Space restricts them: a kernel's
 warpgroups 1 and 2); num_warps changed only where the compiled pin's occupancy suggests it
 (convtune.measure.occupancy.warps_to_try) and the variant takes it; blocks, and so the grid, unchanged. 1–4
 configurations, the pin first.
@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from convtune.problem import ConvProblem
-from convtune.setup import resolve
+from convtune.resolve import resolve
 
 STAGES = (2, 3, 4)
 

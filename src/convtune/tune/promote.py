@@ -23,7 +23,8 @@ from omegaconf import DictConfig
 
 from convtune.config import TOLERANCE
 from convtune.errors import ConfigError
-from convtune.setup import Setup, capability_of, git_tags, resolve
+from convtune.device import capability_of, git_tags
+from convtune.resolve import Setup, resolve
 from convtune.record import Identity, Metric, Param, RunView, Tag
 from convtune.track.store import Tracker, outer_run, say_reaped
 

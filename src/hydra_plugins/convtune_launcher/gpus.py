@@ -8,7 +8,7 @@ share a GPU. A job that hangs past `timeout_s`, or whose process dies (a crash, 
 a FAILED run with the reason, its GPU takes the next job in a fresh process, and the sweep goes on. Without a
 GPU, jobs run one at a time. The work is done by the function `hydra.launcher.launch_with` names
 (convtune.launch.gpus.launch): Hydra's plugin scan imports this module for every Hydra app, so it imports
-nothing of convtune (tests/test_layout.py).
+nothing of convtune (tests/test_import_walls.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
 in sys.modules, and dataclasses then cannot resolve string annotations.

@@ -8,7 +8,7 @@ submitit (hydra-submitit-launcher's keys: partition, account, timeout_min, gres,
 
 The submitting process needs no GPU. The work is done by the functions `launch_with` (in the submitting
 process) and `run_with` (in each job) name, in convtune.launch.slurm: Hydra's plugin scan imports this module
-for every Hydra app, so it imports nothing of convtune (tests/test_layout.py).
+for every Hydra app, so it imports nothing of convtune (tests/test_import_walls.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
 in sys.modules, and dataclasses then cannot resolve string annotations.

@@ -7,7 +7,7 @@ Each key given several values (`k=a,b,c` or `k=range(...)`) is a dimension of th
 every trial. `n_trials` is the budget: how many distinct configurations are run. The study lives in `storage`
 under `study_name` (by default named after the command's overrides), so the same command run again resumes it.
 The work is done by the function `search_with` names (convtune.launch.search.sweep): Hydra's plugin scan imports this
-module for every Hydra app, so it imports neither convtune nor Optuna (tests/test_layout.py).
+module for every Hydra app, so it imports neither convtune nor Optuna (tests/test_import_walls.py).
 
 No `from __future__ import annotations` here: Hydra's plugin scan executes this module without registering it
 in sys.modules, and dataclasses then cannot resolve string annotations.

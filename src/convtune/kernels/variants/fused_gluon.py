@@ -44,9 +44,11 @@ from convtune.kernels import llvm_opt
 from convtune.kernels.export_format import IMPORTS, model_new, rounding_source, source_of
 from convtune.kernels.base import KernelVariant, Knob, Space, plan_refuses, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
-from convtune.kernels.common import out_size
+from convtune.kernels.conv_args import out_size
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, WeightCache
+from convtune.kernels.conv_args import ConvGeometry
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import WeightCache
 from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.precision import round_to_tf32
 from convtune.kernels.selfcheck import agrees

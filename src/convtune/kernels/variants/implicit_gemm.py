@@ -28,7 +28,9 @@ from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rou
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import Host
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, WeightCache
+from convtune.kernels.conv_args import ConvGeometry
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import WeightCache
 from convtune.kernels import llvm_opt, weight_pack
 from convtune.kernels.selfcheck import agrees, aligned_nan, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands

@@ -36,9 +36,11 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.base import KernelVariant, Knob, Space, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
-from convtune.kernels.common import log_uniform_int
+from convtune.kernels.base import log_uniform_int
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, WeightCache
+from convtune.kernels.conv_args import ConvGeometry
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import WeightCache
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits,
                                        round_tf32_even_ptx, round_to_tf32_even)
 from convtune.kernels.selfcheck import agrees

@@ -31,7 +31,8 @@ from convtune.kernels import layout, llvm_opt
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, safe_stages
+from convtune.kernels.conv_args import ConvGeometry
+from convtune.kernels.meta import Meta, safe_stages
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, _store_tile, _tile_at, _tile_sum, default_meta_preround,
                                          pack_weight, packed_weight, tma_fits, weight_arg)

@@ -12,7 +12,7 @@ What keeps it right (each found on the H200):
 - the input is rounded to nearest TF32 before the kernel (as nhwc_preround's is), so A goes from shared memory
   straight into the MMA: split sums came out wrong, differently each launch, only with A rounded in the
   kernel (M64-N256-w4-s3), the family that also gave wrong sums unsplit on K loops of num_stages - 1 steps
-  (common.safe_stages);
+  (meta.safe_stages);
 - the runs are cut in grains of num_stages K steps (a tile's last grain takes the remainder), so that no part's
   pipelined K loop runs fewer than num_stages steps;
 - a CTA barrier before each part, so that a part's loads into the pipeline's shared memory never overtake a warp
@@ -48,7 +48,8 @@ from convtune.kernels import layout, llvm_opt
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Meta, safe_stages
+from convtune.kernels.conv_args import ConvGeometry
+from convtune.kernels.meta import Meta, safe_stages
 from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, _store_tile, _tile_at, _tile_sum, default_meta_preround,
                                          pack_weight, packed_weight, tma_fits, weight_arg)
 from convtune.kernels.layout import to_channels_last
@@ -281,7 +282,7 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 
 # (binary key, device, alignments; rows, slots) → the binary, bound, with its schedule: later calls go past Triton's
-# per-call dispatch (common.bound_runner), as nhwc_igemm's do
+# per-call dispatch (runner.bound_runner), as nhwc_igemm's do
 _binaries = BoundLaunches("nhwc_streamk", lambda: _conv2d_nhwc_streamk_kernel, 10)
 # (device, stream) → (partial tiles, arrival counts), grown as needed. The counts start at zero and every launch
 # leaves them zero; one pair a stream, so that launches on two streams never share one

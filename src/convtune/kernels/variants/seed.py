@@ -18,7 +18,9 @@ import triton.language as tl
 
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.identity import kernel_identity
-from convtune.kernels.common import ConvGeometry, Launched, Meta, prepare
+from convtune.kernels.conv_args import ConvGeometry, prepare
+from convtune.kernels.meta import Meta
+from convtune.kernels.runner import Launched
 from convtune.kernels import llvm_opt
 from convtune.kernels.selfcheck import agrees, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, rounds_operands

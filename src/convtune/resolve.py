@@ -12,8 +12,6 @@ key derive. Entry points import the kernels (directly or through measure/ and tu
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -26,79 +24,9 @@ from convtune.problem import ConvProblem
 from convtune.record import META_KEYS, Identity, Param, Tag
 from convtune.track.store import resolve_uri
 
-INTERPRETER = "interpreter"
-
-
-def enum_value(v: Any) -> Any:
-    """A config value as plain data: the string of a config Enum (precision, device, ...), else itself."""
-    return v.value if hasattr(v, "value") else v
-
-
-def resolve_device(choice: str) -> str:
-    """'cuda' or 'interpreter'. TRITON_INTERPRET=1 in the environment forces the interpreter for 'auto'."""
-    import torch
-
-    forced = os.environ.get("TRITON_INTERPRET") == "1"
-    if choice == "auto":
-        return INTERPRETER if forced or not torch.cuda.is_available() else "cuda"
-    if choice == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("device", "cuda", "'auto' or 'interpreter': no CUDA device is visible")
-        if forced:
-            raise ConfigError("device", "cuda", "'interpreter' while TRITON_INTERPRET=1 is set; unset it to use the GPU")
-    return choice
-
-
-def activate(device: str) -> None:
-    """Select compiled or interpreted Triton; `@triton.jit` decides when the kernels module is imported."""
-    want = device == INTERPRETER
-    if "convtune.kernels" in sys.modules:
-        have = os.environ.get("TRITON_INTERPRET") == "1"
-        if have != want:
-            raise RuntimeError(f"the kernels were already loaded for the {'interpreter' if have else 'GPU'} in this "
-                               f"process; run device={device} in a fresh process")
-        return
-    if want and os.environ.get("TRITON_INTERPRET") != "1" and "triton.language" in sys.modules:
-        # Triton's own jit library (tl.cdiv, tl.sum, ...) was defined compiled when it was imported; kernels
-        # interpreted now would call it and fail ("Cannot call @triton.jit'd outside of the scope of a kernel")
-        raise RuntimeError("Triton was imported before the interpreter was chosen; set TRITON_INTERPRET=1 before "
-                           "Triton is imported (or run device=interpreter in a fresh process)")
-    if want:
-        os.environ["TRITON_INTERPRET"] = "1"
-
-
-def capability_of(tags: dict[str, str]) -> Optional[tuple[int, int]]:
-    """The compute capability device_tags recorded, as (major, minor); None on the interpreter."""
-    value = tags.get("compute_capability", "none")
-    if value == "none":
-        return None
-    major, minor = value.split(".")
-    return int(major), int(minor)
-
-
-def device_tags(device: str) -> dict[str, str]:
-    import torch
-    import triton
-
-    tags = {"torch_version": str(torch.__version__), "triton_version": str(triton.__version__)}
-    if device == INTERPRETER:
-        return {**tags, "device": INTERPRETER, "compute_capability": "none"}
-    major, minor = torch.cuda.get_device_capability()
-    return {**tags, "device": torch.cuda.get_device_name(), "compute_capability": f"{major}.{minor}"}
-
-
-def git_tags(where: Path = Path(__file__).parent) -> dict[str, str]:
-    """The commit of the checkout that holds this package, and whether it has uncommitted changes."""
-    def git(*args: str) -> Optional[str]:
-        try:
-            return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git_commit": "unknown", "git_dirty": "unknown"}
-    return {"git_commit": commit, "git_dirty": str(bool(git("status", "--porcelain", "--untracked-files=no")))}
+from convtune.config import enum_value
+from convtune.config_keys import check_known_keys, check_values, hydra_node
+from convtune.device import INTERPRETER, activate, capability_of, check_device, device_tags, git_tags, resolve_device, sweep_device_for_job
 
 
 def named_on_command_line(task_overrides: Iterable[str], key: str) -> bool:
@@ -146,32 +74,6 @@ def choose_target(cfg: DictConfig, task_overrides: Iterable[str], config_dir: Op
 def target_for(cfg: DictConfig, hc: Any, device: Optional[str] = None) -> Target:
     """choose_target with what Hydra knows: the task overrides and the primary config folder."""
     return choose_target(cfg, hc.overrides.task, main_config_dir(hc.runtime.config_sources), device)
-
-
-def planned_device(cfg: DictConfig) -> str:
-    """The device a sweep whose jobs run elsewhere (a SLURM cluster) is for, decided without looking at this
-    machine's GPUs: the submitting process may have none. 'interpreter' when asked for (device=interpreter, or
-    TRITON_INTERPRET=1, which the jobs inherit), else 'cuda'. Each job then resolves it on its own node
-    (sweep_device_for_job)."""
-    choice = enum_value(cfg.device)
-    if choice == INTERPRETER or (choice == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
-        return INTERPRETER
-    return "cuda"
-
-
-def sweep_device_for_job(planned: str) -> str:
-    """A sweep job's device: the one its sweep was started for, checked on this node, so that a job never
-    drifts to the interpreter (and into a GPU sweep's experiment) because its node shows no GPU."""
-    import socket
-
-    try:
-        return resolve_device(planned)
-    except ConfigError as e:
-        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ConfigError("device", planned, f"{e.allowed.split(': ', 1)[-1]} in this job (host "
-                          f"{socket.gethostname()}, CUDA_VISIBLE_DEVICES={'unset' if seen is None else repr(seen)}), "
-                          f"and the sweep was started for {planned}: run its jobs where a GPU is (a GPU partition, "
-                          "hydra.launcher.gpus_per_node=1) or sweep with device=interpreter") from None
 
 
 def pins_files(cfg: DictConfig, base: Path, gpu: str) -> tuple[Optional[Path], list[Path]]:
@@ -359,142 +261,6 @@ class Setup:
     def raise_error(self) -> None:
         if self.error is not None:
             raise self.error
-
-
-def hydra_node(cfg: DictConfig) -> Any:
-    """Hydra's own config: from the running app, or the `hydra` node a callback's config carries."""
-    if "hydra" in cfg:
-        return cfg.hydra
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.get()
-
-
-def unknown_keys(cfg: DictConfig) -> list[str]:
-    """Keys the schema (convtune.config) does not have, as dotted paths: Hydra's own `+key=value` (its advice
-    for a key it does not know) adds them silently, so `+num_warp=4` would run the default configuration."""
-    import dataclasses
-    import typing
-
-    from convtune.config import ConvtuneConfig
-
-    def walk(node: Any, schema: type, prefix: str) -> list[str]:
-        hints = typing.get_type_hints(schema)
-        out = []
-        for key in node.keys():
-            if prefix == "" and key == "hydra":
-                continue
-            if key not in hints:
-                out.append(prefix + str(key))
-            elif dataclasses.is_dataclass(hints[key]) and isinstance(node[key], DictConfig):
-                out += walk(node[key], hints[key], f"{prefix}{key}.")
-        return out
-
-    return walk(cfg, ConvtuneConfig, "")
-
-
-RUN_GROUPS = ("problem", "kernel", "bench", "tracking", "experiment")  # run.py's and promote.py's config groups
-
-
-def unknown_override_keys(overrides: Iterable[str], root: Any = None, groups: Iterable[str] = RUN_GROUPS) -> list[str]:
-    """Keys of command-line overrides (sweep parameters included) that the schema `root` (ConvtuneConfig by default)
-    does not have; config group choices (`groups`: problem=, +experiment=, ...) and hydra.* are Hydra's to judge."""
-    import dataclasses
-    import typing
-
-    from convtune.config import ConvtuneConfig
-
-    root = root or ConvtuneConfig
-    groups = set(groups)
-    bad = []
-    for o in overrides:
-        key = o.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra.") or key == "hydra" or key in groups or "/" in key:  # a/b: a config group's path
-            continue
-        schema: Any = root
-        for part in key.split("."):
-            hints = typing.get_type_hints(schema) if dataclasses.is_dataclass(schema) else {}
-            if part not in hints:
-                bad.append(key)
-                break
-            schema = hints[part]
-    return bad
-
-
-def check_known_keys(cfg: DictConfig, overrides: Iterable[str] = (), root: Any = None,
-                     groups: Iterable[str] = RUN_GROUPS) -> None:
-    import difflib
-    import typing
-
-    from convtune.config import ConvtuneConfig
-
-    import dataclasses
-
-    root = root or ConvtuneConfig
-    bad = (unknown_keys(cfg) if root is ConvtuneConfig else []) or unknown_override_keys(overrides, root, groups)
-    if bad:
-        schema: Any = root  # the deepest section of the key that exists: its fields are the choice
-        prefix = ""
-        for part in bad[0].split(".")[:-1]:
-            hints = typing.get_type_hints(schema)
-            if part not in hints or not dataclasses.is_dataclass(hints[part]):
-                break
-            schema, prefix = hints[part], f"{prefix}{part}."
-        known = sorted(prefix + k for k in typing.get_type_hints(schema))
-        close = difflib.get_close_matches(bad[0], known, n=1)
-        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == bad[0]), None)
-        raise ConfigError(bad[0], OmegaConf.select(cfg, bad[0], default=value),
-                          (f"not a convtune key (did you mean {close[0]}?)" if close else "not a convtune key")
-                          + "; see the configuration keys in docs/CONFIGURATION.md")
-
-
-def exit_on_unknown_keys(argv: Iterable[str], root: Any = None, groups: Iterable[str] = RUN_GROUPS) -> None:
-    """For the entry points, before Hydra composes, one line and exit 2 for:
-    - an override Hydra's grammar cannot read (`sweep=[promote.rounds=7]`: a value holding '=' needs quotes; an empty
-      `choice()`), where Hydra printed 5 lines and exited 1;
-    - a `key=value` whose key the schema `root` (ConvtuneConfig by default; tune_model.py passes its own) does not
-      have, with the closest key, as `+key=value` is. Without this Hydra answered `num_warp=4` with its own advice,
-      "To append to your config use +num_warp=4", which is the wrong fix."""
-    import sys
-
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    try:
-        check_grammar(overrides)
-        if unknown_override_keys(overrides, root, groups):
-            check_known_keys(OmegaConf.create({}), overrides, root, groups)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-
-
-def check_grammar(overrides: Iterable[str]) -> None:
-    """ConfigError naming the first override Hydra's override grammar refuses, with its reason in one line."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    parser = OverridesParser.create()
-    for o in overrides:
-        try:
-            parser.parse_overrides([o])
-        except OverrideParseException as e:
-            lines = [x for x in str(e).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))]
-            why = lines[0] if lines else "not valid"
-            key, _, value = o.partition("=")
-            hint = ("; a value that holds '=' needs quotes, as in 'sweep=[\"promote.rounds=7\"]'" if "=" in value
-                    else "")
-            raise ConfigError(key.lstrip("+~"), value, f"a value Hydra's override grammar reads ({why}){hint}") from None
-
-
-def check_values(cfg: DictConfig) -> None:
-    """Values the schema's types admit and a run cannot use, in one line (ConfigError)."""
-    if not 0 <= cfg.seed < 2**63:  # torch's generators take 64 bits; a larger seed failed as "Overflow when unpacking
-        raise ConfigError("seed", cfg.seed, "an integer from 0 to 2**63 - 1")  # long long" in every job
-
-
-def check_device(cfg: DictConfig, device: str) -> None:
-    if device == INTERPRETER and cfg.requires_gpu:
-        raise ConfigError("requires_gpu", True, "a CUDA device: this preset compares with cuDNN or times the GPU "
-                                                "itself, and none is visible here")
 
 
 def refuse_early(cfg: DictConfig, device: Optional[str] = None) -> Target:
