@@ -1,6 +1,7 @@
 """Timing statistics, the correctness check, and the performance arithmetic."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -55,8 +56,11 @@ def test_check_output_measures_relative_error():
 
 
 def test_first_call_returns_time_and_result():
-    s, r = bench.first_call(lambda: 42, None)
-    assert r == 42 and s >= 0
+    def call():
+        time.sleep(0.05)
+        return 42
+    s, r = bench.first_call(call, None)
+    assert r == 42 and s >= 0.05  # the call's wall time, in seconds: at least the sleep inside it
 
 
 def test_l1_50_counts_match_the_brief():

@@ -66,6 +66,24 @@ def test_a_family_pin_is_checked_once_on_first_use_and_the_outcome_kept(pinned_o
     assert caplog.text == ""  # no second contest
 
 
+@pytest.mark.parametrize("won", [True, False], ids=["kernel won", "torch won"])
+def test_a_family_pins_verdict_decides_the_call_and_is_kept_as_such(pinned_on_h200, monkeypatch, won):
+    """Each verdict of the first-use contest, made certain by a contest that returns it: the kernel runs only where it
+    won, and the overlay keeps that verdict under the key (the real contest's timing decides which one comes, above)."""
+    pin = pins.KernelPin("implicit_gemm", PIN)
+    monkeypatch.setattr(first_use, "contest", lambda p, precision, device, candidates, budget: (
+        (candidates[0], "M16-N16-K16-w4-s2 1.500x torch", 0.1, {"speedup_vs_torch": 1.5}) if won
+        else (None, "M16-N16-K16-w4-s2: 2.0000 ms against torch 1.0000 ms", 0.1, {})))
+    d = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    verdict = "verified here" if won else "refused here"
+    assert (d.value, d.rule) == ((pin if won else pins.TORCH), "family") and verdict in d.source
+    kept = pins.load(overlay.path_for(H100))
+    assert pins.pinned_value(kept, H100, KEY) == (pin if won else pins.TORCH)
+    assert pins.pin_for(kept, H100, KEY)[1]["provenance"]["rule"] == f"family pin of NVIDIA H200, {verdict}"
+    again = dispatch.decide(P, H100, (9, 0), "ieee", False, torch.device("cpu"))
+    assert again.value == d.value and again.rule == "overlay"
+
+
 def test_a_family_pin_runs_where_the_overlay_says_it_was_verified(pinned_on_h200):
     pins.write_pin(overlay.path_for(H100), H100, "implicit_gemm", KEY, PIN,
                    {"rule": "family pin of NVIDIA H200, verified here", "speedup_vs_torch": 1.9})

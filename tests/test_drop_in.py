@@ -6,7 +6,17 @@ import torch
 import torch.nn.functional as F
 
 import convtune
-from convtune.library import dispatch
+from convtune.library import dispatch, functional
+
+
+@pytest.fixture
+def kernel_runs(monkeypatch):
+    """Unpinned calls run the library's default kernel (CONVTUNE_UNPINNED=kernel): with no pin the library runs
+    torch, and a test of the kernel's drop-in behaviour would compare torch with torch."""
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")
+    dispatch.forget()
+    yield
+    dispatch.forget()
 
 
 def layouts():
@@ -30,10 +40,11 @@ def layouts():
 
 
 @pytest.mark.parametrize("name", list(layouts()))
-def test_any_layout_in_gives_torchs_values_and_torchs_output_layout(name):
+def test_any_layout_in_gives_torchs_values_and_torchs_output_layout(name, kernel_runs):
     x, w = layouts()[name]
     b = torch.rand(5)
     ours = convtune.conv2d(x, w, b, stride=(2, 1), padding=1, precision="ieee")
+    assert len(functional.cached_plans()) == 1  # the kernel ran, not torch
     ref = F.conv2d(x.double(), w.double(), b.double(), stride=(2, 1), padding=1)
     torch.testing.assert_close(ours.double(), ref, rtol=1e-5, atol=1e-5)
     theirs = F.conv2d(x, w, b, stride=(2, 1), padding=1)
@@ -41,11 +52,13 @@ def test_any_layout_in_gives_torchs_values_and_torchs_output_layout(name):
         assert ours.is_contiguous(memory_format=fmt) == theirs.is_contiguous(memory_format=fmt), fmt
 
 
-def test_gradients_flow_back_to_a_channels_last_input_in_its_layout():
+def test_gradients_flow_back_to_a_channels_last_input_in_its_layout(kernel_runs):
     x = torch.rand(2, 3, 9, 11).to(memory_format=torch.channels_last).requires_grad_()
     w = (torch.rand(5, 3, 3, 3) - 0.5).requires_grad_()
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    convtune.conv2d(x, w, padding=1, precision="ieee").square().sum().backward()
+    with dispatch.forward_pins_in_training():  # a call that records gradients runs the kernel (forward) here
+        convtune.conv2d(x, w, padding=1, precision="ieee").square().sum().backward()
+        assert len(functional.cached_plans()) == 1  # the kernel ran, not torch
     F.conv2d(xr, wr, padding=1).square().sum().backward()
     torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(w.grad.double(), wr.grad, rtol=1e-4, atol=1e-4)
@@ -64,7 +77,8 @@ class Net(torch.nn.Module):
         return self.blocks(self.stem(x))
 
 
-def test_convert_swaps_every_conv_in_place_and_says_what_each_runs():
+def test_convert_swaps_every_conv_in_place_and_says_what_each_runs(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")  # CPU tensors as a user without a GPU has them: torch runs them
     net = Net()
     x = torch.rand(2, 3, 8, 8)
     before, state = net(x), {k: v.clone() for k, v in net.state_dict().items()}
@@ -74,7 +88,7 @@ def test_convert_swaps_every_conv_in_place_and_says_what_each_runs():
     assert net.stem.weight is stem_weight and net.state_dict().keys() == state.keys()
     torch.testing.assert_close(net(x), before)  # CPU tensors: torch's convolution, the same numbers
     runs = {s.name: s.runs for s in report}
-    assert runs == {"stem": "torch: input on cpu (the kernel runs on CUDA tensors)",
+    assert runs == {"stem": "torch: input on cpu (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)",
                     "blocks.0": "torch: groups=4 (the kernel takes groups=1)",
                     "blocks.2": "torch: padding='same' (the kernel takes numbers)",
                     "blocks.3": "torch: padding_mode='reflect' (the kernel pads with zeros)",
@@ -171,17 +185,18 @@ def test_problems_lists_each_distinct_convolution_the_kernel_can_take_with_its_l
     assert sorted(cl) == sorted(k.replace("-nchw-", "-channels_last-") for k in found)  # what a promote must pin
 
 
-def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d():
+def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d(monkeypatch):
     """leave_torch_layers, the default with an example input: the layers the kernel cannot take go back to
     torch.nn.Conv2d and the report says so; a plain layer seen on the CPU stays convtune's (the pins decide on the
     GPU, where the model may yet go), as does a layer the example does not call; asked for without an example
     input, it is refused in one line."""
+    monkeypatch.delenv("TRITON_INTERPRET")  # CPU tensors as a user without a GPU has them: torch runs them
     net = Net()
     x = torch.rand(2, 3, 8, 8)
     before = net(x)
     report = convtune.nn.convert(net, example_input=x)
     runs = {s.name: s.runs for s in report}
-    assert runs["stem"] == "torch: input on cpu (the kernel runs on CUDA tensors)"
+    assert runs["stem"] == "torch: input on cpu (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)"
     assert runs["blocks.0"] == "torch: groups=4 (the kernel takes groups=1); left as torch.nn.Conv2d"
     assert runs["blocks.3"] == "torch: padding_mode='reflect' (the kernel pads with zeros); left as torch.nn.Conv2d"
     assert [type(m) for m in (net.stem, net.blocks[0], net.blocks[2], net.blocks[3], net.unused)] == \

@@ -1,6 +1,8 @@
 """Every kernel variant against torch on random shapes (Triton interpreter): odd sizes, strides, paddings,
 dilations, bias on/off, K not a multiple of BLOCK_K, M not a multiple of BLOCK_M."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -134,8 +136,18 @@ def test_groups_refused():
         seed.launch(torch.rand(1, 2, 6, 6), torch.rand(2, 1, 3, 3), None, 1, 0, 1, Meta(16, 16, 16, 4, 1), groups=2)
 
 
-def test_source_hash_is_stable_and_short():
-    assert seed.source_hash == get_variant("seed").source_hash and len(seed.source_hash) == 12
+def test_source_hash_is_the_identity_of_the_jit_code_it_launches():
+    from convtune.kernels.identity import kernel_identity
+    from convtune.kernels.variants import seed as module
+
+    assert seed.source_hash == kernel_identity(module.VERSION, [module._conv2d_seed_kernel, round_tf32])
+    assert re.fullmatch(r"[0-9a-f]{12}", seed.source_hash)
+    assert seed.source_hash != kernel_identity(module.VERSION + 1, [module._conv2d_seed_kernel, round_tf32])
+    by_hash = {}
+    for name, v in VARIANTS.items():  # kernels of different jit code never share an identity
+        by_hash.setdefault(v.source_hash, []).append(name)
+    shared = [names for names in by_hash.values() if len(names) > 1]
+    assert all({get_variant(n).entry_points for n in names} == {get_variant(names[0]).entry_points} for names in shared)
 
 
 def test_default_configuration_per_problem_class():

@@ -578,13 +578,22 @@ def test_an_in_place_weight_update_is_seen_by_the_next_call(monkeypatch):
     dispatch.forget()
 
 
-def test_nn_conv2d_is_a_drop_in():
+def test_nn_conv2d_is_a_drop_in(monkeypatch):
+    """Same constructor and state_dict as torch.nn.Conv2d, and torch's values from convtune's kernel (run here
+    through CONVTUNE_UNPINNED=kernel: unpinned, the layer would run torch's own convolution)."""
+    monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # fp32 as torch's reference computes it here
+    dispatch.forget()
     ref = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
     ours = convtune.nn.Conv2d(3, 8, 3, stride=2, padding=1)
     ours.load_state_dict(ref.state_dict())
     assert ours.state_dict().keys() == ref.state_dict().keys()
     x = torch.rand(2, 3, 9, 9)
-    torch.testing.assert_close(ours(x), ref(x))  # CPU tensors: torch's own convolution
+    with torch.no_grad():
+        got = ours(x)
+    assert len(functional.cached_plans()) == 1  # the kernel ran
+    torch.testing.assert_close(got, ref(x), rtol=1e-5, atol=1e-5)
+    dispatch.forget()
 
 
 def test_occupancy_arithmetic_on_known_figures():

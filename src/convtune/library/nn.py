@@ -5,6 +5,7 @@ configuration, or torch's convolution where a pin says torch won) and torch's ow
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -46,7 +47,8 @@ class Conv2d(torch.nn.Conv2d):
         (what it runs then is up to the pins: convtune.conv2d)."""
         why = _why_layer(self)
         if why is None and x is not None:
-            why = f"input on {x.device} (the kernel runs on CUDA tensors)" if not x.is_cuda else _why_input(x)
+            why = _why_input(x) if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1" else \
+                f"input on {x.device} (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)"
         return why
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
