@@ -1,6 +1,6 @@
-"""meta.safe_stages: nhwc_igemm compiles a K loop of exactly num_stages - 1 steps one stage shallower (Triton 3.6 gave
-wrong, launch-to-launch different sums there on the H200; tests/gpu_scripts/nhwc_short_k.py is the GPU check), and no
-other loop: the plan's num_stages, the pinned binaries unchanged, the output right in the interpreter."""
+"""meta.safe_stages: nhwc_igemm compiles a K loop of 2 to num_stages - 1 steps at a depth of its length (Triton 3.6
+gave wrong, launch-to-launch different sums there on the H200; tests/gpu_scripts/nhwc_short_k.py is the GPU check), and
+no other loop: the plan's num_stages, the pinned binaries unchanged, the output right in the interpreter."""
 
 import re
 
@@ -19,10 +19,11 @@ from convtune.pins import default_path
 
 @pytest.mark.parametrize("stages, steps, expected", [
     (3, 2, 2), (4, 3, 3), (5, 4, 4),  # num_stages - 1 steps: one stage less
+    (4, 2, 2), (5, 2, 2), (5, 3, 3),  # shorter still: a depth of the loop's length (2 steps at 4 went wrong)
     (2, 1, 2), (1, 0, 1),  # a loop of one step at two stages was right on the H200; nothing under two stages
-    (3, 1, 3), (4, 2, 4), (3, 3, 3), (4, 4, 4), (3, 108, 3),  # every other trip count as asked
+    (3, 1, 3), (4, 1, 4), (3, 3, 3), (4, 4, 4), (3, 108, 3),  # every other trip count as asked
 ])
-def test_safe_stages_takes_one_stage_off_loops_of_num_stages_minus_one_steps(stages, steps, expected):
+def test_safe_stages_compiles_short_loops_at_a_depth_of_their_length(stages, steps, expected):
     assert safe_stages(stages, steps) == expected
 
 
@@ -30,7 +31,7 @@ def test_safe_stages_takes_one_stage_off_loops_of_num_stages_minus_one_steps(sta
     (96, 1, Meta(128, 256, 32, 8, 4), 3),  # 3 K steps: the H200's wrong case, compiled at 3 stages
     (64, 1, Meta(64, 256, 32, 4, 3), 2),  # 2 steps
     (128, 1, Meta(64, 256, 32, 4, 5), 4),  # 4 steps
-    (64, 1, Meta(128, 256, 32, 8, 4), 4),  # 2 steps at 4 stages: as asked
+    (64, 1, Meta(128, 256, 32, 8, 4), 2),  # 2 steps at 4 stages: the H200's other wrong case, compiled at 2
     (96, 3, Meta(128, 256, 32, 8, 4), 4),  # 27 steps
     (96, 1, Meta(128, 256, 64, 8, 3), 2),  # BLOCK_K 64: 2 steps at 3 stages
 ])
@@ -43,7 +44,7 @@ def test_the_plan_compiles_the_short_loop_one_stage_shallower(c, r, meta, stages
 
 
 def test_no_pinned_nhwc_binary_is_compiled_at_other_stages():
-    """Every nhwc pin in the shipped pins file is a loop of other length than num_stages - 1: its binary, and so its
+    """No nhwc pin in the shipped pins file has a loop shorter than its num_stages: its binary, and so its
     promoted timing, is the one it was measured with."""
     pins = yaml.safe_load(default_path().read_text())["pins"]
     checked = 0

@@ -26,6 +26,8 @@ from convtune import pins  # noqa: E402
 from convtune.kernels import LIBRARY_KERNELS, get_variant, library_variant  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
+pins.create_empty(PINS)  # a pins file of the script's own, empty until it pins a shape
+
 random.seed(13)
 TOL = {"tf32": 5e-3, "ieee": 1e-5}  # relative L2 against float64 (selfcheck's tf32 bound; ieee as fp32)
 seen: collections.Counter = collections.Counter()

@@ -11,7 +11,7 @@ parts in worker order, so the sum does not depend on which arrives last, and wri
 What keeps it right (each found on the H200):
 - the input is rounded to nearest TF32 before the kernel (as nhwc_preround's is), so A goes from shared memory
   straight into the MMA: split sums came out wrong, differently each launch, only with A rounded in the
-  kernel (M64-N256-w4-s3), the family that also gave wrong sums unsplit on K loops of num_stages - 1 steps
+  kernel (M64-N256-w4-s3), the family that also gave wrong sums unsplit on K loops shorter than num_stages
   (meta.safe_stages);
 - the runs are cut in grains of num_stages K steps (a tile's last grain takes the remainder), so that no part's
   pipelined K loop runs fewer than num_stages steps;
