@@ -193,6 +193,10 @@ def test_tuning_on_first_use_contests_the_kernels_that_take_the_call_within_its_
     entry = pins.pin_for(pins.load(overlay.path_for(H100)), H100, pins.pin_key(other.key(), "ieee"))[1]
     assert entry["provenance"]["rule"] == "tuned on first use" and entry["provenance"]["candidates"] == len(candidates)
     assert "tuned" in caplog.text and "candidates" in caplog.text
+    [said] = [r.getMessage() for r in caplog.records if "tuned" in r.getMessage()]
+    assert "on this call alone" in said and "tune_model.py decides in the model (compile=true" in said, said
+    compiled = dispatch.decide(other, H100, (9, 0), "ieee", compiled=True)  # the eager winner is not the graph's
+    assert compiled.value == pins.TORCH and "tune_model.py compile=true" in compiled.source
 
 
 def test_tuning_on_first_use_for_a_training_call_keeps_its_winner_under_the_plain_key(pinned_on_h200, monkeypatch):
@@ -238,7 +242,6 @@ def test_a_plain_kernel_pin_in_the_overlay_or_a_family_runs_torch_in_training_wi
 
 
 def test_tune_model_s_switch_lets_training_calls_run_the_plain_pin_while_it_measures(pinned_on_h200):
-    from convtune.library import functional
 
     generation = dispatch.generation
     with dispatch.forward_pins_in_training():

@@ -77,8 +77,8 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     r = tune_model(tmp_path, store)  # the same model, batch, layout and mode: it goes on in the same run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"resuming run {model_run.info.run_id}: 2 shape(s) decided before" in r.stdout
-    assert r.stdout.count("decided before in this run, not tuned again") == 1
-    assert f"[1/2] {KEYS[0]} (2 layer(s): 2, 4): decided before in this run, but " in r.stdout
+    assert r.stdout.count("decided before for this model, not tuned again") == 1
+    assert f"[1/2] {KEYS[0]} (2 layer(s): 2, 4): decided before for this model, but " in r.stdout
     assert "does not hold that decision" in r.stdout
     runs = c.search_runs([exp.experiment_id])
     # the first shape's second sweep and promote decision, nested in the same run
@@ -141,7 +141,8 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
                                 (["input=[3,6]"], "one sample's shape [C, H, W]"),
                                 ([], "input=None is not allowed: one sample's shape [C, H, W]: "
                                      "tests.tiny_models:two_shapes is not a torchvision model"),
-                                (["input=[3,6,6]", "device=auto"], "device='auto' is not allowed: cuda, on a CUDA GPU")):
+                                (["input=[3,6,6]", "device=auto"], "device='auto' is not allowed: cuda, on a CUDA GPU"),
+                (["input=[3,6,6]", "compile=true", "train=true"], "compile=True is not allowed: false with train=true")):
             with pytest.raises(ConfigError, match=None) as e:
                 run_tune_model(cfg(*overrides), ROOT, tmp_path / "out")
             assert says in str(e.value), (overrides, str(e.value))

@@ -153,6 +153,7 @@ class TuneModelConfig:
     batch: int = 32
     layout: Layout = Layout.nchw  # the input's and the model's memory format
     train: bool = False  # decide the calls that record gradients, from SGD train steps (else eval forwards)
+    compile: bool = False  # decide the calls inside torch.compile, from compiled eval forwards ("+compiled" pins)
     precision: Precision = Precision.tf32
     device: DeviceChoice = DeviceChoice.auto  # auto: the GPU (needed: pins are per GPU); interpreter: a CPU dry run
     shapes: Optional[int] = None  # tune only the N shapes with the most FLOPs per model call; null = all

@@ -97,6 +97,7 @@ class Param:
     BATCH = "batch"
     LAYOUT = "layout"
     TRAIN = "train"
+    COMPILE = "compile"
     SHAPES = "shapes"
     TURNS = "turns"
     PINS_FILE = "pins_file"

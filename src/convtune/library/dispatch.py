@@ -18,6 +18,13 @@ measurement covers: on the H200 those ran whole models at 0.72-0.95x torch. CONV
 back for experiments and for tests of the kernels through the library. A kernel that cannot run on this GPU (its
 compute capability, a refusal by its plan, shared memory per block) is never chosen.
 
+A call traced by torch.compile is decided when it is traced, in its own context: only a "+compiled" pin (tune_model.py
+compile=true: the compiled model faster with the kernel) runs a kernel there, from this GPU's overlay or pins. A plain
+pin, a family pin and first-use tuning were measured on one eager call in isolation, and inside a compiled graph the
+peer is Inductor's plan around cuDNN (on the H200, resnet18 b128 with five first-use kernels ran 0.97x compiled torch);
+such a call runs torch (aten's convolution in the graph, which Inductor plans as it would without convtune).
+Compiled calls that record gradients run torch.
+
 A call that records gradients (training) runs a kernel only under a "+train" pin: a plain pin was measured on forward
 calls, and what it names runs in training as torch (forward_pins_in_training: why, and the switch tune_model.py uses
 while it measures train steps).
@@ -62,6 +69,9 @@ _tune: Optional[bool] = None  # set by tune_on_first_use; None: the environment 
 # cost ~0.6 ms of host time against torch's ~0.08 (a cProfile of 10 steps: 53 ms in 80 calls). tune_model.py train=true
 # turns it on while it times train steps, then writes the "+train" pins that the measurement supports.
 _forward_pins_in_training = False
+# Whether a compiled call may run the kernel of a plain (eager) pin where no "+compiled" pin decides: on only while
+# tune_model.py compile=true times the compiled model with and without each shape (eager_pins_in_compile).
+_eager_pins_in_compile = False
 _decided: dict[tuple[Any, ...], "Decision"] = {}  # the one cache of decisions (forget drops it)
 generation = 0  # bumped by forget: callers that keep a decision of their own (the library call's plans) compare it
 on_forget: list[Callable[[], None]] = []  # what else forget drops (library/functional's plans)
@@ -71,7 +81,7 @@ on_forget: list[Callable[[], None]] = []  # what else forget drops (library/func
 class Decision:
     """What runs for a call (a pins.KernelPin, or pins.TORCH) and why: `rule` is overlay, pin, family, tuned, torch
     or kernel (CONVTUNE_UNPINNED=kernel); `source` says it in one line; `key` is the pin key that decided (or the
-    call's plain key) and `section` the variant whose pins section holds it."""
+    call's own key) and `section` the variant whose pins section holds it."""
 
     value: pins.Pinned
     source: str
@@ -79,29 +89,39 @@ class Decision:
     key: str
     section: str
 
+    @property
+    def context(self) -> str:
+        """Where the deciding pin was measured, and whose calls it decides: eager, train or compiled (pins.CONTEXTS)."""
+        return pins.context_of(self.key)
+
 
 def decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool = False,
-           device: Any = None, *, files: Optional[Sequence[Path]] = None, first_use_on: bool = True) -> Decision:
+           device: Any = None, *, files: Optional[Sequence[Path]] = None, first_use_on: bool = True,
+           compiled: bool = False) -> Decision:
     """What runs for the call `p` on `gpu` (its compute capability; None: the interpreter), decided once and cached
     until `forget`. The library's call passes no `files` (its overlay over pins.default_path()) and runs first-use
-    contests on `device`; the tracker passes the files it reads and `first_use_on=False`."""
+    contests on `device`; the tracker passes the files it reads and `first_use_on=False`. `compiled`: the call is
+    traced by torch.compile (its "+compiled" pin decides)."""
     read = list(files) if files is not None else [overlay.path_for(gpu), pins.default_path()]
-    cache = (p.key(), gpu, capability, precision, training, files is None, first_use_on, unpinned_policy(),
-             _forward_pins_in_training, tuning(), family_checks(), _stamps(read))
+    cache = (p.key(), gpu, capability, precision, training, compiled, files is None, first_use_on, unpinned_policy(),
+             _forward_pins_in_training, _eager_pins_in_compile, tuning(), family_checks(), _stamps(read))
     found = _decided.get(cache)
     if found is None:
-        found = _decided[cache] = _decide(p, gpu, capability, precision, training, device, files, first_use_on)
+        found = _decided[cache] = _decide(p, gpu, capability, precision, training, device, files, first_use_on,
+                                          compiled)
     return found
 
 
 def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], precision: str, training: bool,
-            device: Any, files: Optional[Sequence[Path]], first_use_on: bool) -> Decision:
+            device: Any, files: Optional[Sequence[Path]], first_use_on: bool, compiled: bool = False) -> Decision:
     home = get_variant(library_variant(p.layout, p.in_channels))
     runs_here = {name for name, v in VARIANTS.items() if v.runs_on(capability)}  # a family pin's kernel must be one
     keys = ([pins.pin_key(p.key(), precision, training=True)] if training else []) + [pins.pin_key(p.key(), precision)]
     if unpinned_policy() == "kernel":  # the default variant at its pin (exact or nearest) or default, training too
         value, source = configuration(home, files or [pins.default_path()], gpu, p, precision, training)
         return Decision(pins.named(value, home.name), source, "kernel", keys[-1], home.name)
+    if compiled:
+        return _decide_compiled(p, gpu, precision, training, files, home.name)
     if files is None:  # the library's own overlay first: refused whole (one warning) where broken or foreign
         mine, path = overlay.read(gpu)
         key = next((k for k in keys if pins.pin_for(mine, gpu, k)), None)
@@ -139,6 +159,29 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
     return Decision(pins.TORCH, f"no pin for {keys[-1]} on {gpu}" + (" or its family" if capability else "") +
                     ": the library runs a kernel only where a measurement on this GPU (or its family) pinned it",
                     "torch", keys[-1], home.name)
+
+
+def _decide_compiled(p: ConvProblem, gpu: str, precision: str, training: bool, files: Optional[Sequence[Path]],
+                     section: str) -> Decision:
+    """A call inside a torch.compile graph: this GPU's "+compiled" pin (the overlay's, then the pins files'), within
+    eager_pins_in_compile its plain pin next; else torch. No family pin and no first-use contest: both are eager
+    measurements of one call."""
+    key = pins.pin_key(p.key(), precision, compiled=True)
+    if training:
+        return Decision(pins.TORCH, "torch: a call that records gradients inside torch.compile runs torch (no pin is "
+                                    "measured in compiled training)", "torch", key, section)
+    keys = [key] + ([pins.pin_key(p.key(), precision)] if _eager_pins_in_compile else [])
+    layers = ([("overlay", *overlay.read(gpu))] if files is None else []) + \
+        [("pin", pins.load_layers(files or [pins.default_path()]), None)]
+    for rule, data, path in layers:
+        found = next((k for k in keys if pins.pin_for(data, gpu, k)), None)
+        if found is not None:
+            where, entry = pins.pin_for(data, gpu, found)  # type: ignore[misc]
+            source = f"overlay {path} / {where} / {found}" if rule == "overlay" else f"pin {gpu} / {where} / {found}"
+            return Decision(pins.value_of(where, entry), source, rule, found, section)
+    return Decision(pins.TORCH, f"no pin measured under torch.compile for {key} on {gpu}: the compiled graph runs torch "
+                                "(eager pins and first-use tuning decide one eager call in isolation; tune_model.py "
+                                "compile=true decides in the compiled model)", "torch", key, section)
 
 
 def _kept(gpu: str, out: first_use.Outcome, d: Decision) -> Decision:
@@ -210,6 +253,22 @@ def forward_pins_in_training() -> Iterator[None]:
         yield
     finally:
         _forward_pins_in_training = before
+        forget()
+
+
+@contextlib.contextmanager
+def eager_pins_in_compile() -> Iterator[None]:
+    """Within: a compiled call falls back to its shape's plain (eager) pin where no "+compiled" pin decides (what
+    tune_model.py compile=true measures before it writes "+compiled" pins). Cached decisions are dropped on entry and
+    exit; a graph traced within keeps what it decided (torch._dynamo.reset() drops it)."""
+    global _eager_pins_in_compile
+    before = _eager_pins_in_compile
+    _eager_pins_in_compile = True
+    forget()
+    try:
+        yield
+    finally:
+        _eager_pins_in_compile = before
         forget()
 
 

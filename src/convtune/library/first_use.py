@@ -56,7 +56,9 @@ def tune(p: ConvProblem, gpu: str, capability: tuple[int, int], key: str, precis
         "rule": "tuned on first use", "date": _now(), "candidates": len(found), "seconds": round(cost, 2),
         "method": f"first-use contest against torch: {ROUNDS} rounds x {REPS} calls, min gain {MIN_GAIN}, within "
                   f"{budget:g} s", **numbers, "reason": why}
-    message = f"tuned {key} on first use ({len(found)} candidates, {cost:.1f} s): {pins.describe(kept)} ({why})"
+    message = (f"tuned {key} on first use ({len(found)} candidates, {cost:.1f} s): {pins.describe(kept)} ({why}); "
+               f"decided for eager calls on this call alone: tune_model.py decides in the model (compile=true for "
+               f"torch.compile)")
     return Outcome(kept, f"tuned on first use on {gpu}: {pins.describe(kept)} ({why})", provenance, message)
 
 

@@ -17,6 +17,7 @@ import logging
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import KernelVariant, get_variant, torch_conv
@@ -36,21 +37,46 @@ _F32 = torch.float32
 
 
 def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
-             precision: str, training: bool = False, layout: Optional[str] = None) -> dispatch.Decision:
+             precision: str, training: bool = False, layout: Optional[str] = None,
+             compiled: bool = False) -> dispatch.Decision:
     """What the library runs for this call and why (library/dispatch.py decides: overlay, pin, family pin verified
     here, tuned on first use, torch). `training`: the call records gradients (records_gradients): it runs a kernel
-    only under a "+train" pin. `layout`: the call's (call_layout, read off x and weight if None)."""
-    st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
-    n, c, h, w = x.shape
-    c_out, _, kh, kw = weight.shape
-    layout = layout or call_layout(x, weight)
-    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
+    only under a "+train" pin. `layout`: the call's (call_layout, read off x and weight if None). `compiled`: the
+    call is traced by torch.compile (a "+compiled" pin decides it)."""
     gpu = device_key(x)
-    capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
-    d = dispatch.decide(p, gpu, capability, precision, training, x.device)
-    log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision, " (training)" if training else "",
-              pins.describe(d.value), d.source)
+    return _decide(tuple(x.shape), tuple(weight.shape), has_bias, stride, padding, dilation, precision, training,
+                   layout or call_layout(x, weight), gpu, x.device, compiled)
+
+
+def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: Any, padding: Any,
+            dilation: Any, precision: str, training: bool, layout: str, gpu: str, device: torch.device,
+            compiled: bool) -> dispatch.Decision:
+    st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
+    n, c, h, w = x_shape
+    c_out, _, kh, kw = w_shape
+    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    d = dispatch.decide(p, gpu, capability, precision, training, device, compiled=compiled)
+    log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision,
+              " (training)" if training else " (compiled)" if compiled else "", pins.describe(d.value), d.source)
     return d
+
+
+@torch.compiler.assume_constant_result
+def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: tuple[int, ...],
+                        padding: tuple[int, ...], dilation: tuple[int, ...], precision: str, layout: str,
+                        device: str) -> bool:
+    """Whether a call traced by torch.compile runs convtune's operator (its "+compiled" pin names a kernel), decided
+    once as the graph is traced: where it does not, the graph holds aten's convolution, which Inductor plans (layout,
+    fusions) as it would without convtune. A call the kernel cannot take answers True: the operator raises its
+    precise error."""
+    dev = torch.device(device)
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "interpreter"
+    try:
+        return _decide(x_shape, w_shape, has_bias, stride, padding, dilation, precision, False, layout, gpu, dev,
+                       True).value != pins.TORCH
+    except (ConfigError, UnsupportedProblem):
+        return True
 
 
 Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH
@@ -60,14 +86,15 @@ _variants: dict[type, KernelVariant] = {}
 
 
 def _plan(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
+          dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw",
+          compiled: bool = False) -> Plan:
     """The first call of a signature: every check, the pin lookup, the launch plan (or pins.TORCH). `x` is the
     call's input in either layout (`layout` is the call's); weight and bias contiguous."""
     if isinstance(padding, str):
         raise UnsupportedProblem(f"padding={padding!r} is not supported; give numbers (int or pair)")
     _check(x, weight, bias, groups)
     g = geometry(x, weight, stride, padding, dilation)
-    d = decision(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout)
+    d = decision(x, weight, bias is not None, g.stride, g.padding, g.dilation, precision, training, layout, compiled)
     value, source = d.value, d.source
     if value == pins.TORCH:
         return pins.TORCH
@@ -137,12 +164,13 @@ def _hashable(v: Any) -> Any:
 
 
 def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-         dilation: Any, groups: int, precision: str, training: bool = False) -> torch.Tensor:
+         dilation: Any, groups: int, precision: str, training: bool = False, compiled: bool = False) -> torch.Tensor:
     """The kernel itself: the cached plan for this signature (made, with every check, on its first call). An
-    NCHW-contiguous input makes an NCHW call; any other a channels_last call, with a channels_last output."""
+    NCHW-contiguous input makes an NCHW call; any other a channels_last call, with a channels_last output.
+    `compiled`: the operator in a torch.compile graph (its "+compiled" pin decides)."""
     layout = "nchw" if input.is_contiguous() else "channels_last"
-    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
-    if plan is pins.TORCH:  # only under torch.compile: eager calls pinned to torch never reach the operator
+    plan = _cached_plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout, compiled)
+    if plan is pins.TORCH:  # only in a compiled graph, whose pin changed since it was traced, or at another precision
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     call = _variants[type(plan)].library
     x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
@@ -231,12 +259,14 @@ class _EagerConv(torch.autograd.Function):
 
 
 def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                 dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw") -> Plan:
+                 dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw",
+                 compiled: bool = False) -> Plan:
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.data_ptr() & 15, training, layout)
+           groups, precision, input.get_device(), input.data_ptr() & 15, training, layout, compiled)
     plan = _calls.get(key)
     if plan is None:
-        plan = _calls[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout)
+        plan = _calls[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout,
+                                   compiled)
     return plan
 
 
@@ -244,13 +274,14 @@ def _pair(v: Any) -> list[int]:
     return [v, v] if isinstance(v, int) else [int(i) for i in v]
 
 
-# The operator torch.compile sees and traces (the fake implementation gives compile the output's shape without
-# running the kernel), with its autograd for compiled backward graphs. Eager calls skip the dispatcher: those
-# that need no gradient run the kernel directly, the others go through _EagerConv (same backward).
+# The operator torch.compile sees and traces for a call whose "+compiled" pin names a kernel (the fake implementation
+# gives compile the output's shape and layout without running the kernel), with its autograd for compiled backward
+# graphs. Eager calls skip the dispatcher: those that need no gradient run the kernel directly, the others go through
+# _EagerConv (same backward).
 @torch.library.custom_op("convtune::conv2d", mutates_args=())
 def _conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
                padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
-    return _run(input, weight, bias, stride, padding, dilation, 1, precision)
+    return _run(input, weight, bias, stride, padding, dilation, 1, precision, compiled=True)
 
 
 @_conv2d_op.register_fake
@@ -295,8 +326,10 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     library's default variant for its layout and input channels (kernels.library_variant), on the input copied into
     the layout that variant reads where it is not in it already; a pin may name another kernel for its key. The first call of a signature (shapes, layout, padding, precision, device,
     input alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
-    Where the pin says torch, torch's own convolution runs (in eager mode directly, with torch's autograd; under
-    torch.compile inside the operator, as the pin is read when the call runs)."""
+    Where the pin says torch, torch's own convolution runs, with torch's autograd. Under torch.compile the call is
+    decided as it is traced, by its "+compiled" pin (library/dispatch.py): torch's convolution goes into the graph as
+    aten's, for Inductor to plan, unless that pin names a kernel; recompile (torch._dynamo.reset()) after the pins
+    change."""
     compiling = torch.compiler.is_compiling()
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError("precision", precision, f"one of {list(PRECISIONS)}, or None: as torch runs float32 "
@@ -306,10 +339,27 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         log.debug("convtune.conv2d runs torch: %s", why)
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision, groups)
     precision = precision or (_traced_default_precision() if compiling else default_precision())
-    if not compiling and pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
+    if compiling:
+        if not _traced_kernel(input, weight, bias, stride, padding, dilation, precision):
+            return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+        return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
+    if pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
                                          records_gradients(input, weight, bias)):
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
+
+
+def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+                   dilation: Any, precision: str) -> bool:
+    """While torch.compile traces: whether the call goes into the graph as convtune's operator (_traced_runs_kernel),
+    else as aten's convolution. A precision other than torch's own setting keeps the operator (it runs torch at that
+    precision where no pin names a kernel), and so do symbolic shapes (a graph traced for dynamic shapes: decided
+    when the operator runs)."""
+    if precision != _traced_default_precision() or not all(isinstance(d, int) for d in (*input.shape, *weight.shape)):
+        return True
+    return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
+                               tuple(_pair(padding)), tuple(_pair(dilation)), precision,
+                               call_layout(input, weight), str(input.device))
 
 
 def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,

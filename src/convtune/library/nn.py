@@ -6,7 +6,7 @@ configuration, or torch's convolution where a pin says torch won) and torch's ow
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -52,7 +52,7 @@ class Conv2d(torch.nn.Conv2d):
         return why
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():  # traced: no per-instance state; the operator reads the pin at run time
+        if torch.compiler.is_compiling():  # traced: no per-instance state; conv2d decides as it is traced
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
                 if self.why_torch(x) is None else super().forward(x)
         # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
@@ -117,11 +117,14 @@ def _why_input(x: torch.Tensor) -> Optional[str]:
 
 @dataclass
 class Swap:
-    """One convolution of a converted model and what it runs (`left`: handed back to torch.nn.Conv2d)."""
+    """One convolution of a converted model and what it runs (`left`: handed back to torch.nn.Conv2d); `decided`:
+    for the example input, what each context's calls run (eager, train, compiled: a pins.KernelPin or pins.TORCH),
+    where the pins decide it."""
     name: str
     layer: str
     runs: str
     left: bool = False
+    decided: dict[str, Any] = field(default_factory=dict)
 
 
 class Report(list):
@@ -174,12 +177,12 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
     for name, m in swapped:
-        runs, torch_in_every_mode = _runs(m, seen.get(name), example_input is not None)
+        runs, torch_in_every_mode, decided = _runs(m, seen.get(name), example_input is not None)
         left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d
         if left:
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
-        report.append(Swap(name, repr(m), runs, left))
+        report.append(Swap(name, repr(m), runs, left, decided))
     return report
 
 
@@ -226,25 +229,34 @@ def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[
     return seen
 
 
-def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool]:
-    """The report line of `m` for the input `x` it got (None: not called, or no example), and whether that input
-    runs torch in calls without gradients and in training calls alike (so that convert may leave it to torch).
+def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, dict[str, Any]]:
+    """The report line of `m` for the input `x` it got (None: not called, or no example), whether that input
+    runs torch in every context (eager calls without gradients, training calls, compiled calls: so that convert may
+    leave it to torch), and what each context runs where the pins decide it.
     A CPU input decides nothing: the pins decide on the GPU, where the model may yet go."""
     why = m.why_torch(x)
     if why is not None:
-        return f"torch: {why}", x is not None and (x.is_cuda or _why_layer(m) is not None)
+        return f"torch: {why}", x is not None and (x.is_cuda or _why_layer(m) is not None), {}
     if x is None:
-        return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), False
+        return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), \
+            False, {}
     try:
         d = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
         value, source = d.value, d.source
         t = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), training=True)
         in_training = (t.value, t.source)
+        c = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), compiled=True)
     except UnsupportedProblem as e:
-        return f"torch: {e}", True
+        return f"torch: {e}", True, {}
     # the source says which rule decided (library/dispatch.py), and why; a kernel's line names it and its configuration
     runs = f"torch ({source})" if value == TORCH else f"convtune {value.short()} ({source})"
     if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
         runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
             f" ({in_training[1]})"
-    return runs, value == TORCH and in_training[0] == TORCH
+    # inside torch.compile its "+compiled" pin decides (torch where it has none): said where that differs from eager
+    if c.value != value or c.rule != "torch":
+        runs += "; under torch.compile " + (f"convtune {c.value.short()} ({c.source})" if c.value != TORCH else
+                                            f"torch ({c.source})" if c.rule != "torch" else
+                                            "torch (no pin measured under compile: tune_model.py compile=true)")
+    decided = {"eager": value, "train": in_training[0], "compiled": c.value}
+    return runs, all(v == TORCH for v in decided.values()), decided

@@ -1,11 +1,13 @@
 """Pinned launch configurations: data in the package (pins.yaml), read by the library, written by promote.
 
-Layout: pins → GPU name (or "interpreter") → section → problem key ("<shape key>/<precision>[+train]") → entry. A key's
+Layout: pins → GPU name (or "interpreter") → section → problem key ("<shape key>/<precision>[+train|+compiled]") → entry. A key's
 pin is filed once, under the kernel it names: a variant's section holds {meta: {BLOCK_M, ...}, provenance: {...}} (that
 kernel runs the key with this configuration), and the `torch` section holds {provenance: {...}} (torch's own
 convolution, cuDNN on a GPU, won the key's contest, and the library runs torch for it). A key ending in "+train"
 (written by tune_model.py train=true from whole train steps of a model) decides the calls that record gradients;
-where a shape has none, those calls follow the plain key. A file written before pins were filed so may hold, under
+where a shape has none, those calls follow the plain key. A key ending in "+compiled" (written by tune_model.py
+compile=true from whole compiled forwards of a model) decides the calls traced by torch.compile; a plain key, measured in
+eager calls, never decides those (a compiled graph runs torch for a shape with no "+compiled" pin). A file written before pins were filed so may hold, under
 the section of the variant that served the call by default, an entry naming another kernel (`kernel`, `meta`) or
 `backend: torch`: it is read as that kernel's or torch's, and the next write files it under its own section.
 
@@ -100,10 +102,20 @@ def create_empty(path: Path) -> None:
 
 
 TRAIN = "+train"  # the suffix of a pin key that decides calls recording gradients (training)
+COMPILED = "+compiled"  # the suffix of a pin key that decides calls inside a torch.compile graph
+# The context a pin was measured in, by its key's suffix: eager forward calls, eager train steps, compiled forwards
+CONTEXTS = {"eager": "", "train": TRAIN, "compiled": COMPILED}
 
 
-def pin_key(problem_key: str, precision: str, training: bool = False) -> str:
-    return f"{problem_key}/{precision}{TRAIN if training else ''}"
+def pin_key(problem_key: str, precision: str, training: bool = False, compiled: bool = False) -> str:
+    if training and compiled:
+        raise ValueError("no pin key decides compiled training calls: those run torch")
+    return f"{problem_key}/{precision}{TRAIN if training else COMPILED if compiled else ''}"
+
+
+def context_of(key: str) -> str:
+    """The context in which the pin of `key` was measured, and whose calls it decides: eager, train or compiled."""
+    return next((name for name, suffix in CONTEXTS.items() if suffix and key.endswith(suffix)), "eager")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -372,7 +384,7 @@ def find(data: dict[str, Any], gpu: str, kernel: str, key: str) -> Optional[tupl
     """What a run of `kernel` takes from the pins for `key`: the key's pin, wherever it is filed (its Meta where it
     names `kernel`, else the KernelPin or TORCH it says), else `kernel`'s pin of the nearest shape of the same kernel
     geometry (channels, kernel size, strides, padding, dilation, bias, dtype, precision; nearest in batch·H·W), else
-    None. A "+train" key finds only "+train" pins (the suffix is part of the geometry). Returns (value, source)."""
+    None. A "+train" or "+compiled" key finds only pins of its context (the suffix is part of the geometry). Returns (value, source)."""
     exact = pin_for(data, gpu, key, kernel)
     if exact is not None:
         value = value_of(*exact)

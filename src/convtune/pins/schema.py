@@ -22,9 +22,9 @@ INTERPRETER = "interpreter"
 GPU_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ", "AMD ", "Radeon ", "Intel ")
 KNOWN_GPUS = (INTERPRETER, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB",
               "NVIDIA GeForce RTX 4090")  # only for "did you mean"
-# "<problem key>/<precision>[+train]": problem.ConvProblem.key(), then the precision (pins.pin_key)
+# "<problem key>/<precision>[+train|+compiled]": problem.ConvProblem.key(), then the precision (pins.pin_key)
 KEY_PATTERN = re.compile(r"n\d+-c\d+-h\d+-w\d+-k\d+-r\d+x\d+-s\d+x\d+-p\d+x\d+-d\d+x\d+-g\d+-(bias|nobias)"
-                         r"-(nchw|channels_last)-[a-z0-9]+/(?P<precision>[a-z0-9_]+)(\+train)?")
+                         r"-(nchw|channels_last)-[a-z0-9]+/(?P<precision>[a-z0-9_]+)(\+train|\+compiled)?")
 CAPABILITY = re.compile(r"\d+\.\d+")  # a GPU's compute capability as 'major.minor' (gpus / <name>)
 KEY_EXAMPLE = "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32"
 
@@ -96,7 +96,7 @@ def _check_gpu(gpu: Any, where: str, error: Type[Exception]) -> None:
 def _check_key(key: Any, where: str, error: Type[Exception]) -> None:
     m = KEY_PATTERN.fullmatch(key) if isinstance(key, str) else None
     if m is None:
-        raise error(f"{where} / {key!r} is not a problem key: '<shape>/<precision>[+train]' as promote writes it, "
+        raise error(f"{where} / {key!r} is not a problem key: '<shape>/<precision>[+train|+compiled]' as promote writes it, "
                     f"e.g. {KEY_EXAMPLE!r}")
     if m["precision"] not in PRECISIONS:
         raise error(f"{where} / {key}: unknown precision {m['precision']!r}{closest(m['precision'], PRECISIONS)}")

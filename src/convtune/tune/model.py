@@ -50,7 +50,9 @@ def validate(cfg: DictConfig) -> None:
               "bootstrap needs turns)"), ("warmup", cfg.warmup >= 0, "an integer >= 0"),
               ("shapes", cfg.shapes is None or cfg.shapes >= 1, "null (all) or an integer >= 1"),
               ("input", cfg.input is None or (len(cfg.input) == 3 and min(cfg.input) >= 1),
-               "null or one sample's shape [C, H, W]"))
+               "null or one sample's shape [C, H, W]"),
+              ("compile", not (cfg.compile and cfg.train), "false with train=true (compiled training calls run torch: "
+               "no pin is measured there)"))
     for key, ok, allowed in checks:
         if not ok:
             raise ConfigError(key, cfg[key], allowed)
@@ -168,7 +170,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     tracker = Tracker(uri)
     say_reaped(tracker.reap_orphans())
     experiment = cfg.tracking.experiment or f"{KIND} {cfg.model}"
-    mode = "train" if cfg.train else "eval"
+    mode = "train" if cfg.train else "eval compiled" if cfg.compile else "eval"
     identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {precision} · {gpu}" + (" · measured" if cfg.measure_only
                                                                                   else "")
     with interrupts.deferred():  # the run is never open without the cleanup that closes it on an interrupt
@@ -188,9 +190,9 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
             if cfg.resume and key in done:
                 held = _held(target, gpu, s.problem, key)
                 if held == done[key][1]:
-                    print(f"{label}: decided before in this run, not tuned again: {done[key][0]}", flush=True)
+                    print(f"{label}: decided before for this model, not tuned again: {done[key][0]}", flush=True)
                     continue
-                print(f"{label}: decided before in this run, but {target} does not hold that decision (it pins "
+                print(f"{label}: decided before for this model, but {target} does not hold that decision (it pins "
                       f"{held}, the decision left {done[key][1]}): decided again", flush=True)
             t0 = time.monotonic()
             decision = _tune_shape(s, cfg, root, out_dir / f"shape{i:02d}", uri, experiment, run_id, target, device)
@@ -260,22 +262,34 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
     from convtune.track.store import this_process
 
     exp_id = tracker.experiment_id(experiment)
-    runs = [r for r in tracker.search(f"tags.`{Tag.MODEL_KEY}` = '{identity}'") if r["experiment_id"] == exp_id]
-    if cfg.resume and runs and not cfg.measure_only:
-        run = max(runs, key=lambda r: r["start_time"])
-        tracker.reopen(run["run_id"], this_process())
-        tags = run["tags"]
-        # pin key → (promote's decision line, what the pins file held for the key once it was decided)
-        done = {k[len(Tag.DONE_PREFIX):]: (v, tags.get(Tag.PINNED_PREFIX + k[len(Tag.DONE_PREFIX):]))
+
+    def latest(who: str) -> Optional[dict]:
+        runs = [r for r in tracker.search(f"tags.`{Tag.MODEL_KEY}` = '{who}'") if r["experiment_id"] == exp_id]
+        return max(runs, key=lambda r: r["start_time"]) if runs else None
+
+    def decided(run: Optional[dict]) -> dict:
+        """pin key → (promote's decision line, what the pins file held for the key once it was decided)"""
+        tags = run["tags"] if run else {}
+        return {k[len(Tag.DONE_PREFIX):]: (v, tags.get(Tag.PINNED_PREFIX + k[len(Tag.DONE_PREFIX):]))
                 for k, v in tags.items() if k.startswith(Tag.DONE_PREFIX)}
+
+    run = latest(identity)
+    # compile=true: a shape's contest alone is the same as in the eager run of the model, whose shapes count as
+    # decided too (the pins file must still hold what that run left)
+    done = decided(latest(identity.replace(" eval compiled ", " eval "))) if cfg.compile and cfg.resume else {}
+    if cfg.resume and run and not cfg.measure_only:
+        tracker.reopen(run["run_id"], this_process())
+        done.update(decided(run))
         print(f"tune_model: resuming run {run['run_id']}: {len(done)} shape(s) decided before", flush=True)
         return run["run_id"], done
+    if done:
+        print(f"tune_model: {len(done)} shape(s) decided before by the eager run of this model", flush=True)
     run_id = tracker.start_run(exp_id, f"{identity}", {Tag.KIND: KIND, Tag.MODEL_KEY: identity,
                                                        Tag.STATUS: Status.RUNNING, **git_tags()})
     tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: enum_value(cfg.layout),
-                                Param.TRAIN: cfg.train, Param.PRECISION: enum_value(cfg.precision),
+                                Param.TRAIN: cfg.train, Param.COMPILE: cfg.compile, Param.PRECISION: enum_value(cfg.precision),
                                 Param.SHAPES: cfg.shapes, Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
-    return run_id, {}
+    return run_id, done if not cfg.measure_only else {}
 
 
 def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, experiment: str, run_id: str,

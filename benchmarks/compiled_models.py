@@ -1,0 +1,151 @@
+"""Converted models in eager mode and under torch.compile, side by side, against torch in the same mode: torchvision
+models (random weights, no download), eval forwards, TF32 as torch's default, in interleaved turns (measure/ab.py:
+the median per-turn ratio and its 95 % bootstrap interval).
+
+    python benchmarks/compiled_models.py [--models resnet50:32,resnet18:128,vgg16:32,alexnet:256] [--turns 40]
+        [--layout nchw|channels_last] [--first-use] [--eager-pins-in-graph] [--append]
+
+Rows per model: eager torch, eager convert(model), torch.compile(model), torch.compile(convert(model)) as the library
+decides compiled calls (a "+compiled" pin, else aten's convolution in the graph). The pins are what the library reads
+here: the packaged pins and this GPU's overlay (--first-use: a fresh overlay and tuning on first use, whose contests
+run in convert's example forward). --eager-pins-in-graph adds two rows that put the eager pins' kernels into the
+compiled graph: "kernels only" (those layers as convtune's operator, the rest aten's) and "operator everywhere" (every
+convolution as convtune's operator, cuDNN inside it where the pin says torch), which is how a compiled graph held
+the library before its calls were decided in context. --append writes the rows to benchmarks/results/compiled_models.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import torch
+
+import convtune
+from convtune import pins
+from convtune.library import dispatch, functional
+from convtune.measure import ab
+
+
+def step_of(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Callable[[], float]:
+    def step() -> float:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fn(x)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    return step
+
+
+def compiled(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], float], float]:
+    """A compiled copy's step, compiled here (first call), and the seconds that took."""
+    fn = torch.compile(copy.deepcopy(model))
+    t0 = time.perf_counter()
+    step = step_of(fn, x)
+    step()
+    return step, time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def operator_everywhere():
+    """Every traced call becomes convtune's operator (the plain pins decide inside it, cuDNN where they say torch)."""
+    before = functional._traced_runs_kernel
+    functional._traced_runs_kernel = lambda *args: True
+    try:
+        yield
+    finally:
+        functional._traced_runs_kernel = before
+
+
+def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
+    import torchvision
+
+    torch.manual_seed(0)
+    base = torchvision.models.get_model(name, weights=None).cuda().eval()
+    x = torch.randn(batch, 3, 224, 224, device="cuda")
+    if args.layout == "channels_last":
+        base, x = base.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    ours = copy.deepcopy(base)
+    t0 = time.perf_counter()
+    report = convtune.nn.convert(ours, example_input=x)
+    print(f"\n## {name} b{batch} {args.layout}: convert {time.perf_counter() - t0:.1f} s", flush=True)
+    on_kernel = [s for s in report if s.decided.get("eager") not in (None, pins.TORCH)]
+    in_graph = [s for s in report if s.decided.get("compiled") not in (None, pins.TORCH)]
+    print(f"eager: {len(on_kernel)} of {len(report)} layers on convtune's kernels; compiled: {len(in_graph)}",
+          flush=True)
+    for s in on_kernel + in_graph:
+        print(f"  {s.name}: {s.runs}", flush=True)
+    for m in ours.modules():  # eager caches hold bound binaries: not for the compiled copies
+        for memo in ("_bound", "_torch_for", "_kernel_for"):
+            m.__dict__.pop(memo, None)
+    torch._dynamo.reset()
+    configs: dict[str, Callable[[], float]] = {"eager torch": step_of(base, x), "eager convert": step_of(ours, x)}
+    compile_s = {}
+    configs["compiled torch"], compile_s["compiled torch"] = compiled(base, x)
+    configs["compiled convert"], compile_s["compiled convert"] = compiled(ours, x)
+    # the operators decide as they run, so the turns too run within eager_pins_in_compile (graphs traced before it
+    # hold no operator whose decision it changes: their calls have no "+compiled" pin, or their own)
+    with dispatch.eager_pins_in_compile() if args.eager_pins_in_graph else contextlib.nullcontext():
+        if args.eager_pins_in_graph:
+            configs["compiled, kernels only"], compile_s["compiled, kernels only"] = compiled(ours, x)
+            with operator_everywhere():
+                configs["compiled, operator everywhere"], compile_s["compiled, operator everywhere"] = \
+                    compiled(ours, x)
+        times = ab.take_turns(configs, args.turns, args.warmup)
+    rows = []
+    for config in configs:
+        peer = "compiled torch" if config.startswith("compiled") else "eager torch"
+        r = ab.ratio(times, config, peer) if config != peer else None
+        row = {"model": name, "batch": batch, "layout": args.layout, "config": config,
+               "pins": "first use" if args.first_use else "packaged", "layers_on_kernel": len(
+                   in_graph if config == "compiled convert" else on_kernel if config != peer else []),
+               "median_ms": round(1e3 * statistics.median(times[config]), 4),
+               "speedup_vs_peer": round(1 / r.median, 4) if r else 1.0,
+               "interval": f"{1 / r.high:.4f}-{1 / r.low:.4f}" if r else "",
+               "compile_s": round(compile_s.get(config, 0.0), 1)}
+        rows.append(row)
+        print(f"| {name} b{batch} | {config} | {row['median_ms']:.3f} ms | {row['speedup_vs_peer']:.3f}x {peer} "
+              f"({row['interval'] or 'peer'}) | {row['layers_on_kernel']} layers | compile {row['compile_s']} s |",
+              flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50:32,resnet18:128,vgg16:32,alexnet:256")
+    ap.add_argument("--turns", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--layout", choices=["nchw", "channels_last"], default="nchw")
+    ap.add_argument("--first-use", action="store_true", help="a fresh overlay, with tuning on first use")
+    ap.add_argument("--eager-pins-in-graph", action="store_true", help="also the eager pins' kernels in the graph")
+    ap.add_argument("--append", action="store_true", help="append the rows to results/compiled_models.csv")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("compiled_models: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if args.first_use:
+        os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-overlay-")
+        convtune.tune_on_first_use(True)
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu}, torch {torch.__version__}", flush=True)
+    rows = []
+    for spec in args.models.split(","):
+        name, _, batch = spec.partition(":")
+        rows += one_model(name, int(batch or 32), args)
+    if args.append:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from results import append
+
+        print(append("compiled_models", rows, gpu=gpu, command="python " + " ".join(sys.argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
