@@ -104,7 +104,8 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
         peer = "compiled torch" if config.startswith("compiled") else "eager torch"
         r = ab.ratio(times, config, peer) if config != peer else None
         row = {"model": name, "batch": batch, "layout": args.layout, "config": config,
-               "pins": "first use" if args.first_use else "packaged", "layers_on_kernel": len(
+               "pins": "first use" if args.first_use else "CONVTUNE_PINS" if os.environ.get("CONVTUNE_PINS") else
+               "packaged", "layers_on_kernel": len(
                    in_graph if config == "compiled convert" else on_kernel if config != peer else []),
                "median_ms": round(1e3 * statistics.median(times[config]), 4),
                "speedup_vs_peer": round(1 / r.median, 4) if r else 1.0,
