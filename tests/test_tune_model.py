@@ -88,6 +88,27 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
     value = pins.pinned_value(pins.load(tmp_path / "pins.yaml"), "interpreter", KEYS[0])
     assert after == (pins.describe(value) if value is not None else "none")
 
+    # compile=true: a run of its own, whose shapes were decided by the eager run (no sweep again); it times compiled
+    # copies (aot_eager on the interpreter) and writes a "+compiled" pin for each shape whose plain pin names a kernel
+    # and none for the others (on the interpreter torch usually wins promote; tests/test_compiled_context.py checks the
+    # pins of shapes that run a kernel)
+    plain = pins.load(tmp_path / "pins.yaml")
+    on_kernel = [k for k in KEYS if pins.pinned_value(plain, "interpreter", k) not in (None, pins.TORCH)]
+    r = tune_model(tmp_path, store, "compile=true")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 shape(s) decided before by the eager run of this model" in r.stdout, r.stdout[-3000:]
+    assert r.stdout.count("decided before for this model, not tuned again") == 2
+    assert "decided in compiled context" in r.stdout and "median ms per compiled forward" in r.stdout
+    runs = c.search_runs([exp.experiment_id])
+    (compiled_run,) = [x for x in runs if x.data.tags.get("kind") == "tune_model" and " eval compiled " in x.info.run_name]
+    assert not [x for x in runs if x.data.tags.get("mlflow.parentRunId") == compiled_run.info.run_id]  # no sweeps
+    assert compiled_run.data.params["compile"] == "True"
+    written = pins.load(tmp_path / "pins.yaml")
+    for k in KEYS:
+        held = pins.pinned_value(written, "interpreter", k + "+compiled")
+        assert (held is not None) == (k in on_kernel), (k, held)
+        assert pins.pinned_value(written, "interpreter", k) == pins.pinned_value(plain, "interpreter", k)
+
 
 @pytest.mark.slow
 def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
