@@ -158,3 +158,46 @@ def test_tune_model_compile_times_compiled_copies_and_writes_compiled_pins(pins_
         plain = pins.pin_key(s.problem.key(), "tf32")
         assert pins.pin_for(after, "interpreter", plain) == pins.pin_for(before, "interpreter", plain)
     assert numbers["speedup_vs_torch"] > 0
+
+
+def test_a_converted_module_traced_by_compile_follows_the_same_rule(pins_file):
+    pin(pins_file, compiled=False)
+    x, w, b = tensors()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.copy_(w)
+        model[0].bias.copy_(b)
+    convtune.nn.convert(model, example_input=x)
+    assert type(model[0]) is convtune.nn.Conv2d  # its eager calls run the kernel: it stays convtune's
+    for compiled, expect_op in ((False, False), (True, True)):
+        pin(pins_file, compiled=compiled)
+        seen = []
+
+        def recording_backend(gm, example_inputs):
+            seen.extend(str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_module"))
+            return gm.forward
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, fullgraph=True, backend=recording_backend)(x)
+        assert ("convtune.conv2d.default" in seen) == expect_op, (compiled, seen)
+        torch.testing.assert_close(out, torch.relu(F.conv2d(x, w, b, padding=1)), rtol=1e-2, atol=1e-2)
+
+
+def test_symbolic_shapes_keep_the_operator_which_decides_as_it_runs(pins_file):
+    """A graph traced for dynamic shapes cannot decide by shape as it is traced: the operator goes in, and decides in
+    the compiled context when it runs (torch here: the shape has only a plain pin)."""
+    pin(pins_file, compiled=False)
+    x, w, b = tensors()
+    seen = []
+
+    def recording_backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    fn = torch.compile(lambda x, w, b: convtune.conv2d(x, w, b, padding=1), dynamic=True, backend=recording_backend)
+    before = len(functional.cached_plans())
+    out = fn(x, w, b)
+    assert "convtune.conv2d.default" in seen, seen
+    assert len(functional.cached_plans()) == before  # the operator ran torch: no kernel plan was made
+    torch.testing.assert_close(out, F.conv2d(x, w, b, padding=1), rtol=0, atol=0)

@@ -47,8 +47,13 @@ def test_matches_float64_reference(case):
     get_variant(case["variant"]).launch(x, w, b, case["stride"], case["padding"], case["dilation"], case["meta"],
                                         case["precision"], out=out)
     assert not torch.isnan(out).any(), "some outputs were never written"
-    rel = (out.double() - ref).norm() / ref.norm().clamp_min(1e-30)
-    assert rel <= TOLERANCE[case["precision"]], f"relative error {rel:.3g} for {case}"
+    # the error relative to the size of the products summed (conv of |x| and |w|, plus |b|): an output that cancels
+    # (1.66 from products summing in magnitude to 11.6) loses relative accuracy to rounding alone; at tf32, one
+    # product dropped is still ~1/100 of that size, five times the tolerance
+    size = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else b.double().abs(), case["stride"],
+                    case["padding"], case["dilation"])
+    rel = (out.double() - ref).norm() / size.norm().clamp_min(1e-30)
+    assert rel <= TOLERANCE[case["precision"]], f"error {rel:.3g} of the products' size for {case}"
 
 
 @pytest.mark.parametrize("name", GENERAL)

@@ -355,7 +355,8 @@ def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     else as aten's convolution. A precision other than torch's own setting keeps the operator (it runs torch at that
     precision where no pin names a kernel), and so do symbolic shapes (a graph traced for dynamic shapes: decided
     when the operator runs)."""
-    if precision != _traced_default_precision() or not all(isinstance(d, int) for d in (*input.shape, *weight.shape)):
+    # `d.__class__`, not isinstance or type(): dynamo answers int to those for a symbolic size too
+    if precision != _traced_default_precision() or not all(d.__class__ is int for d in (*input.shape, *weight.shape)):
         return True
     return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
                                tuple(_pair(padding)), tuple(_pair(dilation)), precision,
