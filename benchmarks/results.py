@@ -17,10 +17,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 COMMON = ("gpu", "date", "commit", "command")
 
 
-def head_commit() -> str:
+def head_commit(where: Optional[Path] = None) -> str:
+    """The commit the tree at `where` (this project) is at, marked "-dirty" where its tracked files differ from it:
+    a measured tree with changes not yet committed, or a copy whose git metadata is older than its files (the GPU
+    machine's copy of a working tree), is not that commit's."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=RESULTS.parent, capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty", "--exclude=*"],
+                             cwd=where or RESULTS.parent, capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
