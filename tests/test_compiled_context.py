@@ -201,3 +201,30 @@ def test_symbolic_shapes_keep_the_operator_which_decides_as_it_runs(pins_file):
     assert "convtune.conv2d.default" in seen, seen
     assert len(functional.cached_plans()) == before  # the operator ran torch: no kernel plan was made
     torch.testing.assert_close(out, F.conv2d(x, w, b, padding=1), rtol=0, atol=0)
+
+
+def test_a_compiled_call_that_records_gradients_runs_torch_even_under_a_compiled_pin(pins_file):
+    """Compiled training calls run torch (no pin is measured in compiled training): aten's convolution goes into the
+    graph where gradients are recorded, and the gradients are torch's."""
+    pin(pins_file, compiled=True)
+    x, w, b = tensors()
+    w.requires_grad_()
+    seen = []
+
+    def recording_backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, b: convtune.conv2d(x, w, b, padding=1), fullgraph=True, backend=recording_backend)
+    fn(x, w, b).square().sum().backward()
+    assert "convtune.conv2d.default" not in seen and functional.cached_plans() == [], seen
+    wr = w.detach().clone().requires_grad_()
+    F.conv2d(x, wr, b, padding=1).square().sum().backward()
+    torch.testing.assert_close(w.grad, wr.grad, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the same pin without gradients: the operator
+        seen.clear()
+        torch._dynamo.reset()
+        torch.compile(lambda x, w, b: convtune.conv2d(x, w, b, padding=1), fullgraph=True,
+                      backend=recording_backend)(x, w, b)
+    assert "convtune.conv2d.default" in seen, seen

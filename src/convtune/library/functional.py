@@ -65,7 +65,7 @@ def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, 
 @torch.compiler.assume_constant_result
 def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: tuple[int, ...],
                         padding: tuple[int, ...], dilation: tuple[int, ...], precision: str, layout: str,
-                        device: str) -> bool:
+                        device: str, training: bool) -> bool:
     """Whether a call traced by torch.compile runs convtune's operator (its "+compiled" pin names a kernel), decided
     once as the graph is traced: where it does not, the graph holds aten's convolution, which Inductor plans (layout,
     fusions) as it would without convtune. A call the kernel cannot take answers True: the operator raises its
@@ -73,7 +73,7 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
     dev = torch.device(device)
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "interpreter"
     try:
-        return _decide(x_shape, w_shape, has_bias, stride, padding, dilation, precision, False, layout, gpu, dev,
+        return _decide(x_shape, w_shape, has_bias, stride, padding, dilation, precision, training, layout, gpu, dev,
                        True).value != pins.TORCH
     except (ConfigError, UnsupportedProblem):
         return True
@@ -255,7 +255,7 @@ class _EagerConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        return _backward(ctx, grad) + (None,)
+        return _backward(ctx, grad)  # one gradient per argument: the operator's last is `training`, this one's `bound`
 
 
 def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -278,15 +278,16 @@ def _pair(v: Any) -> list[int]:
 # gives compile the output's shape and layout without running the kernel), with its autograd for compiled backward
 # graphs. Eager calls skip the dispatcher: those that need no gradient run the kernel directly, the others go through
 # _EagerConv (same backward).
+# `training`: the call records gradients (decided as compiled training calls are: torch).
 @torch.library.custom_op("convtune::conv2d", mutates_args=())
 def _conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-               padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
-    return _run(input, weight, bias, stride, padding, dilation, 1, precision, compiled=True)
+               padding: list[int], dilation: list[int], precision: str, training: bool = False) -> torch.Tensor:
+    return _run(input, weight, bias, stride, padding, dilation, 1, precision, training, compiled=True)
 
 
 @_conv2d_op.register_fake
 def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-                 padding: list[int], dilation: list[int], precision: str) -> torch.Tensor:
+                 padding: list[int], dilation: list[int], precision: str, training: bool = False) -> torch.Tensor:
     n, _, h, w = input.shape
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
@@ -296,7 +297,7 @@ def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    input, weight, bias, stride, padding, dilation, _ = inputs
+    input, weight, bias, stride, padding, dilation, _, _ = inputs
     ctx.save_for_backward(input, weight)
     ctx.has_bias, ctx.geometry = bias is not None, (stride, padding, dilation)
 
@@ -309,7 +310,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     gi, gw, gb = torch.ops.aten.convolution_backward(
         grad, input, weight, [weight.shape[0]] if ctx.has_bias else None, stride, padding, dilation, False, [0, 0],
         1, mask)
-    return gi, gw, gb if ctx.has_bias else None, None, None, None, None
+    return gi, gw, gb if ctx.has_bias else None, None, None, None, None, None
 
 
 _conv2d_op.register_autograd(_backward, setup_context=_setup_context)
@@ -360,7 +361,7 @@ def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         return True
     return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
                                tuple(_pair(padding)), tuple(_pair(dilation)), precision,
-                               call_layout(input, weight), str(input.device))
+                               call_layout(input, weight), str(input.device), records_gradients(input, weight, bias))
 
 
 def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
@@ -379,7 +380,8 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
         if groups != 1 or isinstance(padding, str):
             _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
         geometry = (_pair(stride), _pair(padding), _pair(dilation))
-        out = _conv2d_op(input, weight, bias, *geometry, precision) if compiling else \
+        out = _conv2d_op(input, weight, bias, *geometry, precision, records_gradients(input, weight, bias)) \
+            if compiling else \
             _EagerConv.apply(input, weight, bias, *geometry, precision, None)
     return out if fmt is torch.contiguous_format else out.contiguous(memory_format=fmt)
 
