@@ -21,8 +21,8 @@ compute capability, a refusal by its plan, shared memory per block) is never cho
 A call traced by torch.compile is decided when it is traced, in its own context: only a "+compiled" pin (tune_model.py
 compile=true: the compiled model faster with the kernel) runs a kernel there, from this GPU's overlay or pins. A plain
 pin, a family pin and first-use tuning were measured on one eager call in isolation, and inside a compiled graph the
-peer is Inductor's plan around cuDNN (on the H200, resnet18 b128 with five first-use kernels ran 0.97x compiled torch);
-such a call runs torch (aten's convolution in the graph, which Inductor plans as it would without convtune).
+peer is Inductor's plan around cuDNN (on the H200, VGG16 b32 with four layers on kernels that each won alone by 27-45 %
+ran 0.894x compiled torch); such a call runs torch (aten's convolution in the graph, which Inductor plans as it would without convtune).
 Compiled calls that record gradients run torch.
 
 A call that records gradients (training) runs a kernel only under a "+train" pin: a plain pin was measured on forward
@@ -122,14 +122,9 @@ def _decide(p: ConvProblem, gpu: str, capability: Optional[tuple[int, int]], pre
         return Decision(pins.named(value, home.name), source, "kernel", keys[-1], home.name)
     if compiled:
         return _decide_compiled(p, gpu, precision, training, files, home.name)
-    if files is None:  # the library's own overlay first: refused whole (one warning) where broken or foreign
-        mine, path = overlay.read(gpu)
-        key = next((k for k in keys if pins.pin_for(mine, gpu, k)), None)
-        if key is not None:
-            section, entry = pins.pin_for(mine, gpu, key)  # type: ignore[misc]
-            how = (entry.get("provenance") or {}).get("rule", "written there by hand")
-            return _for_training(Decision(pins.value_of(section, entry), f"overlay {path} / {section} / {key} "
-                                          f"({how})", "overlay", key, home.name), training)
+    mine = _from_overlay(gpu, keys, home.name) if files is None else None
+    if mine is not None:
+        return _for_training(mine, training)
     data = pins.load_layers(files or [pins.default_path()])
     for source_gpu in [gpu] + pins.family_sources(data, gpu, capability):
         key = next((k for k in keys if pins.pin_for(data, source_gpu, k)), None)
@@ -171,17 +166,29 @@ def _decide_compiled(p: ConvProblem, gpu: str, precision: str, training: bool, f
         return Decision(pins.TORCH, "torch: a call that records gradients inside torch.compile runs torch (no pin is "
                                     "measured in compiled training)", "torch", key, section)
     keys = [key] + ([pins.pin_key(p.key(), precision)] if _eager_pins_in_compile else [])
-    layers = ([("overlay", *overlay.read(gpu))] if files is None else []) + \
-        [("pin", pins.load_layers(files or [pins.default_path()]), None)]
-    for rule, data, path in layers:
-        found = next((k for k in keys if pins.pin_for(data, gpu, k)), None)
-        if found is not None:
-            where, entry = pins.pin_for(data, gpu, found)  # type: ignore[misc]
-            source = f"overlay {path} / {where} / {found}" if rule == "overlay" else f"pin {gpu} / {where} / {found}"
-            return Decision(pins.value_of(where, entry), source, rule, found, section)
+    mine = _from_overlay(gpu, keys, section) if files is None else None
+    if mine is not None:
+        return mine
+    data = pins.load_layers(files or [pins.default_path()])
+    found = next((k for k in keys if pins.pin_for(data, gpu, k)), None)
+    if found is not None:
+        where, entry = pins.pin_for(data, gpu, found)  # type: ignore[misc]
+        return Decision(pins.value_of(where, entry), f"pin {gpu} / {where} / {found}", "pin", found, section)
     return Decision(pins.TORCH, f"no pin measured under torch.compile for {key} on {gpu}: the compiled graph runs torch "
                                 "(eager pins and first-use tuning decide one eager call in isolation; tune_model.py "
                                 "compile=true decides in the compiled model)", "torch", key, section)
+
+
+def _from_overlay(gpu: str, keys: Sequence[str], section: str) -> Optional[Decision]:
+    """The library's own overlay's pin for the first of `keys` it holds (refused whole, with one warning, where broken
+    or foreign), or None."""
+    mine, path = overlay.read(gpu)
+    key = next((k for k in keys if pins.pin_for(mine, gpu, k)), None)
+    if key is None:
+        return None
+    where, entry = pins.pin_for(mine, gpu, key)  # type: ignore[misc]
+    how = (entry.get("provenance") or {}).get("rule", "written there by hand")
+    return Decision(pins.value_of(where, entry), f"overlay {path} / {where} / {key} ({how})", "overlay", key, section)
 
 
 def _kept(gpu: str, out: first_use.Outcome, d: Decision) -> Decision:

@@ -345,7 +345,7 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
             return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
         return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
     if pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
-                                         records_gradients(input, weight, bias)):
+                       records_gradients(input, weight, bias)):
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
     return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
 
@@ -366,8 +366,8 @@ def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 
 def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                   padding: Any, dilation: Any, groups: int, precision: str) -> torch.Tensor:
-    """conv2d once the pin has been found not to say torch in eager mode (or under torch.compile, where the
-    operator reads it): convtune's kernel, through the operator where autograd or compile needs it."""
+    """conv2d once the pin has been found not to say torch (in eager mode; under torch.compile, where the call keeps
+    the operator: _traced_kernel): convtune's kernel, through the operator where autograd or compile needs it."""
     compiling = torch.compiler.is_compiling()
     fmt = output_format(input, weight)
     input = input.contiguous(memory_format=fmt)  # no copy when already in the call's layout

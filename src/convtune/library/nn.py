@@ -35,12 +35,18 @@ class Conv2d(torch.nn.Conv2d):
     # finds its plan in the plan cache.
     _kernel_for: Any = None
 
+    _MEMOS = ("_bound", "_torch_for", "_kernel_for")
+
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in ("_bound", "_torch_for", "_kernel_for"):  # stride, padding, groups, ... changed: decide again
-            self.__dict__.pop("_bound", None)
-            self.__dict__.pop("_torch_for", None)
-            self.__dict__.pop("_kernel_for", None)
+        if name not in self._MEMOS:  # stride, padding, groups, ... changed: decide again
+            self.forget_calls()
         super().__setattr__(name, value)
+
+    def forget_calls(self) -> None:
+        """Drop what this layer remembers of its calls (the bound launch holds a compiled binary: a copy of the model
+        for torch.compile has no use for it); its next call decides again."""
+        for memo in self._MEMOS:
+            self.__dict__.pop(memo, None)
 
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
         """Why this layer runs torch's convolution (for the input `x`, if given); None when it may run ours

@@ -178,9 +178,8 @@ def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]
     limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     model.eval()
 
-    for _, m in convs:  # what eager calls cached (bound launches hold compiled binaries): not for the copies
-        for memo in ("_bound", "_torch_for", "_kernel_for"):
-            m.__dict__.pop(memo, None)
+    for _, m in convs:  # what eager calls cached: not for the copies
+        m.forget_calls()
 
     def make(on_kernel: set[str]) -> Callable[[], float]:
         twin = copy.deepcopy(model)
