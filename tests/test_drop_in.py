@@ -107,8 +107,10 @@ def test_what_no_kernel_takes_runs_torch_with_the_reason_at_debug_and_what_torch
     x, w, b = torch.rand(1, 4, 8, 8, generator=g), torch.rand(4, 4, 3, 3, generator=g), torch.rand(4, generator=g)
     cases = [(dict(groups=2), (x, w[:, :2], b), "groups=2 (the kernels take groups=1)"),
              (dict(padding="same"), (x, w, b), "padding='same' (the kernels take numbers)"),
-             ({}, (x.double(), w.double(), b.double()), "input is torch.float64 (the kernels take float32)"),
-             ({}, (x.half(), w.half(), None), "input is torch.float16 (the kernels take float32)"),
+             ({}, (x.double(), w.double(), b.double()),
+              "input is torch.float64 (the kernels take float32, bfloat16 and float16)"),
+             ({}, (x.bfloat16(), w.bfloat16(), None), "bfloat16 on the CPU (the Triton interpreter computes it wrong: "
+                                                     "numpy has no bfloat16)"),
              ({}, (x[0], w, b), "3-d input (the kernels take a batch, N×C×H×W)")]
     for kwargs, (xx, ww, bb), why in cases:
         caplog.clear()
@@ -116,6 +118,13 @@ def test_what_no_kernel_takes_runs_torch_with_the_reason_at_debug_and_what_torch
             got = convtune.conv2d(xx, ww, bb, **kwargs)
         assert torch.equal(got, F.conv2d(xx, ww, bb, **kwargs)), why  # torch's own call: the same bits
         assert f"convtune.conv2d runs torch: {why}" in caplog.text
+    # a mix of dtypes is torch's to refuse, in its words
+    with pytest.raises(RuntimeError) as theirs:
+        F.conv2d(x.half(), w, None)
+    with caplog.at_level(logging.DEBUG, logger="convtune.library.functional"), pytest.raises(RuntimeError) as ours:
+        convtune.conv2d(x.half(), w, None)
+    assert str(ours.value) == str(theirs.value)
+    assert "runs torch: weight is torch.float32, input torch.float16" in caplog.text
     # a CPU tensor without TRITON_INTERPRET (as a user without a GPU runs it): torch, said at DEBUG
     monkeypatch.delenv("TRITON_INTERPRET")
     caplog.clear()

@@ -183,7 +183,8 @@ def test_verify_draws_nchw_1x1_cases_from_its_family_at_tf32_and_they_pass_in_th
         assert {c.layout for c in cases} == {"nchw", "channels_last"}
         assert {(c.h * c.w) % 4 == 0 for c in cases} == {True, False} and {c.offset for c in cases} > {0}
     assert verify_main(["--device", "interpreter", "--variants", "nchw_1x1", "--shapes", "6"]) == 0
-    assert "0 failure(s) in 6 cases" in capsys.readouterr().out
+    out = capsys.readouterr().out  # tf32, and float16 (the interpreter's 16-bit dtype)
+    assert "| nchw_1x1 | tf32 | 6 |" in out and "| nchw_1x1 | float16 | 6 |" in out and "0 failure(s) in 12 cases" in out
 
 
 def test_a_pin_naming_nchw_1x1_runs_it_in_the_library_and_gives_cudnns_rule(tmp_path, monkeypatch):

@@ -64,14 +64,17 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
     status = verify_main(["--device", "interpreter", "--shapes", "2", "--seed", "7"])  # the command's main, here
     out, err = capsys.readouterr()
     assert status == 0, out + err
-    # every variant the interpreter runs, at each precision it declares (the registry's: fused_gluon is Hopper-only)
+    # every variant the interpreter runs, at each precision it declares (the registry's: fused_gluon is Hopper-only),
+    # and in float16 where it takes it (bfloat16 needs a GPU: the interpreter computes it wrong)
     from convtune.kernels import VARIANTS
     from convtune.kernels.precision import PRECISIONS
 
     pairs = [(n, p) for n, v in sorted(VARIANTS.items()) if v.interpreted for p in PRECISIONS if v.runs_precision(p)]
-    assert f"verify: {2 * len(pairs)} cases (2 per variant × precision, seed 7) on interpreter" in out
+    pairs += [(n, "float16") for n, v in sorted(VARIANTS.items()) if v.interpreted and v.takes_dtype("float16")]
+    assert {n for n, p in pairs if p == "float16"} >= {"implicit_gemm", "fold_igemm", "nhwc_igemm", "nchw_1x1"}
+    assert f"verify: {2 * len(pairs)} cases (2 per variant × precision or dtype, seed 7) on interpreter" in out
     for n, v in VARIANTS.items():
-        for p in PRECISIONS:
+        for p in PRECISIONS + ("float16", "bfloat16"):
             assert (f"| {n} | {p} | 2 |" in out) == ((n, p) in pairs), (n, p)
     assert out.strip().endswith(f"0 failure(s) in {2 * len(pairs)} cases")
 

@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from convtune import interrupts
-from convtune.config import TOLERANCE
+from convtune.config import tolerance
 from convtune.config import enum_value
 from convtune.resolve import Setup, experiment_name, resolve
 from convtune.sweep_state import SweepState
@@ -142,7 +142,7 @@ def _measure(job: _Job) -> tuple[str, str, dict[str, float]]:
         spec = apply_cache(gpu_spec(s.gpu), s.gpu)
         if spec is None:
             log.warning(f"GPU '{s.gpu}' is not in convtune.measure.metrics.GPU_SPECS: pct_peak_* omitted")
-    m = one_config.measure(s.problem, s.variant, s.meta, s.precision, TOLERANCE[s.precision], s.cfg.seed,
+    m = one_config.measure(s.problem, s.variant, s.meta, s.precision, tolerance(s.precision, s.problem.dtype), s.cfg.seed,
                            s.timing, s.device, spec, with_cudnn=s.cfg.bench.cudnn_baseline, check=s.check)
     job.tags.update(m.tags)
     if enum_value(s.cfg.profile) == "ncu" and m.status == Status.OK:

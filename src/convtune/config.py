@@ -19,6 +19,15 @@ from omegaconf import MISSING
 # and still catches a wrong index (which gives errors of order 1). IEEE fp32 measured 3.5e-7: 1e-5 leaves
 # room for long reductions.
 TOLERANCE = {"tf32": 2e-3, "tf32_trunc": 2e-3, "tf32x3": 1e-5, "ieee": 1e-5}
+# A half-precision output is rounded to its dtype once: unit roundoff 2^-9 for bfloat16 (a relative L2 error near
+# 1.1e-3 from that rounding alone on random data), 2^-12 for float16 (1.4e-4); the judge also requires the error to be
+# no worse than torch's own (measure/correctness.py). Float32's math mode (`precision`) does not apply.
+HALF_TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3}
+
+
+def tolerance(precision: str, dtype: str = "float32") -> float:
+    """The relative L2 error against float64 a run of this precision and dtype may have (measure/correctness.py)."""
+    return HALF_TOLERANCE.get(dtype) or TOLERANCE[precision]
 
 
 
@@ -37,6 +46,12 @@ class Precision(Enum):
 class Check(Enum):
     kernelbench = "kernelbench"  # float64 tolerance AND torch's own output by allclose(atol=rtol=1e-4), as the judge
     float64 = "float64"  # the float64 tolerance only (for tf32_trunc, or a study of accuracy itself)
+
+
+class Dtype(Enum):
+    float32 = "float32"  # its math mode is `precision`
+    bfloat16 = "bfloat16"  # 16-bit operands on tensor cores, float32 accumulation, a bfloat16 output (as torch)
+    float16 = "float16"
 
 
 class DeviceChoice(Enum):
@@ -127,7 +142,8 @@ class ConvtuneConfig:
     BLOCK_K: Optional[int] = None
     num_warps: Optional[int] = None
     num_stages: Optional[int] = None
-    precision: Precision = Precision.tf32
+    precision: Precision = Precision.tf32  # float32's math mode; a bfloat16 or float16 problem records tf32
+    dtype: Optional[Dtype] = None  # the problem's element type; null = the problem file's (float32 unless it says)
     check: Check = Check.kernelbench  # what makes a run correct (convtune.measure.correctness)
     device: DeviceChoice = DeviceChoice.auto
     seed: int = 0  # seeds the input generator

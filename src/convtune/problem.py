@@ -7,7 +7,18 @@ from typing import Any
 
 from convtune.errors import ConfigError, UnsupportedProblem
 
-DTYPE_BYTES = {"float32": 4}
+# The element types a problem may have: float32 (its math mode is `precision`), and the half precisions, which
+# multiply on tensor cores, accumulate in float32 and return their own dtype, as torch's convolution does.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def for_dtype(precision: str, dtype: str) -> str:
+    """The precision a problem of `dtype` is recorded, pinned and decided under. For float32 it is the math mode asked
+    for. A bfloat16 or float16 problem multiplies its 16-bit operands exactly on tensor cores and accumulates in float32
+    whatever that mode says (torch's allow_tf32 does not touch a half-precision convolution either), so it is always
+    `tf32`, torch's default: one run and one pin per half-precision shape, not one per float32 mode."""
+    return "tf32" if dtype in HALF_DTYPES else precision
 LAYOUTS = ("nchw", "channels_last")
 
 
@@ -55,7 +66,7 @@ class ConvProblem:
                 if v < lo:
                     raise ConfigError(f"problem.{key}", list(getattr(self, key)), f"both entries >= {lo}")
         if self.dtype not in DTYPE_BYTES:
-            raise ConfigError("problem.dtype", self.dtype, f"one of {sorted(DTYPE_BYTES)}")
+            raise ConfigError("problem.dtype", self.dtype, f"one of {list(DTYPE_BYTES)}")
         if self.layout not in LAYOUTS:
             raise ConfigError("problem.layout", self.layout, f"one of {list(LAYOUTS)} (the input's memory format)")
         if self.init not in ("rand", "randn"):

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from convtune.config import ProblemConfig
 from convtune.errors import ConfigError
-from convtune.problem import ConvProblem
+from convtune.problem import ConvProblem, for_dtype
 from convtune.record import META_KEYS, Identity, Param, Tag
 from convtune.track.store import resolve_uri
 
@@ -305,6 +305,9 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
             s.timing = replace(s.timing, rounds=min(b.rounds, INTERPRETER_TIMING["rounds"]),
                                reps=min(b.reps, INTERPRETER_TIMING["reps"]), warmup=INTERPRETER_TIMING["warmup"])
         s.problem = ConvProblem.from_mapping(s.problem_node)
+        if cfg.dtype is not None:
+            s.problem = replace(s.problem, dtype=enum_value(cfg.dtype))
+        s.precision = for_dtype(s.precision, s.problem.dtype)
         s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
         gpu = cfg.promote.device_name or s.gpu
         s.pins_path, s.pins_read = pins_files(cfg, s.cwd, gpu)

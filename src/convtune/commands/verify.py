@@ -37,8 +37,8 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     """Launch one case into a NaN-poisoned output and judge it; never raises for a kernel's failure."""
     import torch
 
-    from convtune.config import TOLERANCE
-    from convtune.measure.correctness import judge
+    from convtune.config import tolerance
+    from convtune.measure.correctness import HALF_ERROR_MARGIN, judge
     from convtune.kernels import Meta, get_variant
     from convtune.kernels.precision import rounds_operands
 
@@ -47,7 +47,7 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     variant = get_variant(case.variant)
     meta = Meta(**case.meta) if case.meta else variant.default_meta(case.k, case.stride[1], case.w, case.precision)
     fmt = torch.channels_last if case.layout == "channels_last" else torch.contiguous_format
-    out = torch.empty(p.output_shape, device=dev, memory_format=fmt).fill_(float("nan"))
+    out = torch.empty(p.output_shape, device=dev, dtype=x.dtype, memory_format=fmt).fill_(float("nan"))
     result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
     start = time.monotonic()
     try:
@@ -61,14 +61,19 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
         kind = "skipped" if type(e).__name__ == "OutOfResources" or "out of memory" in str(e) else "error"
         return {**result, "outcome": kind, "message": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
     launched_s = time.monotonic() - start
-    v = judge(out, p, x, w, b, case.precision, TOLERANCE[case.precision], check="float64")
+    v = judge(out, p, x, w, b, case.precision, tolerance(case.precision, p.dtype), check="float64")
     if v.ok and "was off by" in v.tags["float64_reference"]:  # right, by the CPU's reference
         return {**result, "outcome": "bad_reference", "message": f"{v.message}; reference: {v.tags['float64_reference']}",
                 "launch_s": launched_s}
     mismatch = v.ok and v.metrics.get("matches_torch") == 0.0
     extra: dict[str, Any] = {}
     message = v.message
-    if mismatch and case.precision == "tf32" and v.metrics["torch_rel_err"] < 1e-5:
+    if case.dtype != "float32":  # judged as the tracker judges a half-precision run: torch's error is the bar too
+        worse = v.ok and not v.metrics["rel_err"] <= HALF_ERROR_MARGIN * v.metrics["torch_rel_err"]
+        outcome = "wrong" if not v.ok else "torch_mismatch" if mismatch or worse else "ok"
+        if worse:
+            message += f"; worse than torch's own error {v.metrics['torch_rel_err']:.3g} by more than {HALF_ERROR_MARGIN}x"
+    elif mismatch and case.precision == "tf32" and v.metrics["torch_rel_err"] < 1e-5:
         outcome = "cudnn_ran_fp32"  # torch chose a true-fp32 algorithm here: no TF32 rounding to agree with
     elif mismatch and rounds_operands(case.precision):
         extra = _against_rounding_rule(out, p, x, w, b, case)
@@ -162,12 +167,13 @@ def run_all(cases: list[Case], device: str, workers: int, max_seconds: Optional[
 
 
 def report(results: list[dict[str, Any]], strict_torch: bool) -> tuple[str, int]:
-    """The failure lines and a table per variant × precision; returns (text, number of failures)."""
+    """The failure lines and a table per variant × float32 precision or 16-bit dtype; returns (text, number of
+    failures)."""
     from convtune.kernels.precision import promises_torch_match
 
     lines, rows, failures, expected = [], {}, 0, 0
     for r in results:
-        key = (r["variant"], r["precision"])
+        key = (r["variant"], r["precision"] if r.get("dtype", "float32") == "float32" else r["dtype"])
         row = rows.setdefault(key, {o: 0 for o in ("cases",) + OUTCOMES})
         row["cases"] += 1
         row[r["outcome"]] += 1
@@ -178,7 +184,7 @@ def report(results: list[dict[str, Any]], strict_torch: bool) -> tuple[str, int]
             expected += 1  # said once, below the table: a precision that does not promise torch's result
         elif r["outcome"] not in ("ok", "skipped", "cudnn_ran_fp32"):
             lines.append(f"{'FAIL' if fails else 'note'} {r['outcome']}: {r['case']}: {r['message']}")
-    table = ["| variant | precision | cases | " + " | ".join(OUTCOMES) + " |", "|---|---|---|" + "---|" * len(OUTCOMES)]
+    table = ["| variant | precision or dtype | cases | " + " | ".join(OUTCOMES) + " |", "|---|---|---|" + "---|" * len(OUTCOMES)]
     table += [f"| {v} | {p} | {r['cases']} | " + " | ".join(str(r[o]) for o in OUTCOMES) + " |"
               for (v, p), r in sorted(rows.items())]
     levels: dict[str, int] = {}
@@ -224,9 +230,9 @@ def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
 
     import torch
 
-    from convtune.config import TOLERANCE
+    from convtune.config import tolerance
     from convtune.library import dispatch, functional
-    from convtune.measure.correctness import judge
+    from convtune.measure.correctness import HALF_ERROR_MARGIN, judge
 
     os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-verify-overlay-")
     os.environ[dispatch.BUDGET_ENV] = f"{budget_s:g}"
@@ -247,7 +253,7 @@ def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
             failures += 1
             lines.append(f"FAIL {case.label()}: {type(e).__name__}: {str(e).strip()[:200]}")
             continue
-        v = judge(out, p, x, w, b, "tf32", TOLERANCE["tf32"], check="kernelbench")
+        v = judge(out, p, x, w, b, "tf32", tolerance("tf32", p.dtype), check="kernelbench")
         runs = "torch" if value == "torch" else value.short()
         name = "torch" if value == "torch" else value.kernel
         kept[name] = kept.get(name, 0) + 1
@@ -265,7 +271,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--shapes", type=int, default=None, help="cases per variant × precision (GPU 1000, interpreter 8)")
     ap.add_argument("--variants", default=None, help="comma-separated; default: every variant this device runs "
                     "(a variant that needs another GPU is left out)")
-    ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision")
+    ap.add_argument("--precisions", default=None, help="comma-separated; default: every precision (float32's math)")
+    ap.add_argument("--dtypes", default=None, help="comma-separated: float32, bfloat16, float16; default: all (on the "
+                    "interpreter: float32 and float16, it computes bfloat16 wrong); a 16-bit dtype runs the variants "
+                    "that declare it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")
     ap.add_argument("--device", choices=["auto", "cuda", "interpreter"], default="auto")
@@ -301,12 +310,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
         print("no GPU: small shapes through the Triton interpreter, which cannot see GPU-only bugs", flush=True)
     from convtune.kernels import VARIANTS
+    from convtune.kernels.base import DTYPES
     from convtune.kernels.precision import PRECISIONS
 
     capability = torch.cuda.get_device_capability() if device == "cuda" else None  # None: the interpreter
     variants = a.variants.split(",") if a.variants else [v for v in sorted(VARIANTS) if VARIANTS[v].runs_on(capability)]
     precisions = a.precisions.split(",") if a.precisions else list(PRECISIONS)
-    for name, got, allowed in (("--variants", variants, sorted(VARIANTS)), ("--precisions", precisions, list(PRECISIONS))):
+    dtypes = a.dtypes.split(",") if a.dtypes else [d for d in DTYPES if device == "cuda" or d != "bfloat16"]
+    for name, got, allowed in (("--variants", variants, sorted(VARIANTS)), ("--precisions", precisions, list(PRECISIONS)),
+                               ("--dtypes", dtypes, list(DTYPES))):
         bad = [g for g in got if g not in allowed]
         if bad:
             print(f"error: {name} {','.join(bad)} is not allowed: one of {allowed}", file=sys.stderr)
@@ -319,11 +331,11 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{torch.cuda.get_device_name() if device == 'cuda' else device}", file=sys.stderr)
         return 2
     shapes = a.shapes if a.shapes is not None else (1000 if device == "cuda" else 8)
-    cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter")
+    cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter", dtypes=tuple(dtypes))
     if a.replay:
         cases = read_cases(a.replay, tuple(o for o in OUTCOMES if o not in ("ok", "skipped")))
     gpu = torch.cuda.get_device_name() if device == "cuda" else "interpreter"
-    what = f"replayed from {a.replay}" if a.replay else f"{shapes} per variant × precision, seed {a.seed}"
+    what = f"replayed from {a.replay}" if a.replay else f"{shapes} per variant × precision or dtype, seed {a.seed}"
     print(f"verify: {len(cases)} cases ({what}) on {gpu}", flush=True)
     out_file = open(a.out, "w") if a.out else None
     try:

@@ -45,7 +45,7 @@ class Case:
     meta: Optional[dict[str, int]]  # None: the variant's default for the problem's class
     seed: int
     layout: str = "nchw"  # the input's and the output's: nchw or channels_last
-
+    dtype: str = "float32"  # the tensors' (a bfloat16 or float16 case runs at precision tf32: problem.for_dtype)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Case":
@@ -58,7 +58,8 @@ class Case:
         return (f"{self.variant}/{self.precision} n={self.n} c={self.c} h={self.h} w={self.w} k={self.k} "
                 f"r={self.kh}x{self.kw} s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]} "
                 f"d={self.dilation[0]}x{self.dilation[1]} bias={int(self.bias)} offset={self.offset} init={self.init} "
-                f"meta={meta}" + (f" layout={self.layout}" if self.layout != "nchw" else ""))
+                f"meta={meta}" + (f" layout={self.layout}" if self.layout != "nchw" else "")
+                + (f" dtype={self.dtype}" if self.dtype != "float32" else ""))
 
 
 def _out(size: int, k: int, s: int, p: int, d: int) -> int:
@@ -126,16 +127,17 @@ def case_tensors(case: Case, dev: Any) -> tuple[Any, Any, Any, Any]:
 
     g = torch.Generator(device=dev).manual_seed(case.seed)
     p = ConvProblem("verify", case.n, case.c, case.h, case.w, case.k, case.kh, case.kw, case.stride, case.padding,
-                    case.dilation, 1, case.bias)
+                    case.dilation, 1, case.bias, dtype=case.dtype)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[case.dtype]
     draw = torch.rand if case.init == "rand" else torch.randn
-    storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev)
+    storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev).to(dtype)
     if case.layout == "channels_last":
         x = storage[case.offset:].view(case.n, case.h, case.w, case.c).permute(0, 3, 1, 2)
     else:
         x = storage[case.offset:].view(case.n, case.c, case.h, case.w)
     bound = 1 / math.sqrt(case.c * case.kh * case.kw)  # torch.nn.Conv2d's initialisation
-    w = (torch.rand(case.k, case.c, case.kh, case.kw, generator=g, device=dev) * 2 - 1) * bound
-    b = (torch.rand(case.k, generator=g, device=dev) * 2 - 1) * bound if case.bias else None
+    w = ((torch.rand(case.k, case.c, case.kh, case.kw, generator=g, device=dev) * 2 - 1) * bound).to(dtype)
+    b = ((torch.rand(case.k, generator=g, device=dev) * 2 - 1) * bound).to(dtype) if case.bias else None
     return p, x, w, b
 
 
@@ -153,15 +155,25 @@ def read_cases(path: str, outcomes: Optional[tuple[str, ...]] = None) -> list[Ca
     return cases
 
 
-def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool) -> list[Case]:
-    """`shapes` cases per variant and precision it runs (KernelVariant.precisions)."""
+def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool,
+               dtypes: tuple[str, ...] = ("float32",)) -> list[Case]:
+    """`shapes` cases per variant and float32 precision it runs (KernelVariant.precisions), and per 16-bit dtype of
+    `dtypes` it takes (KernelVariant.dtypes; at precision tf32, what a 16-bit problem records)."""
     from convtune.kernels import VARIANTS
 
     cases = []
     for v in variants:
-        for prec in (p for p in precisions if VARIANTS[v].runs_precision(p)):
+        for prec in (p for p in precisions if VARIANTS[v].runs_precision(p) and "float32" in dtypes):
             rng = random.Random(f"{seed}/{v}/{prec}")
             cases += [draw_case(rng, i, v, prec, small) for i in range(shapes)]
+        for dtype in (d for d in dtypes if d != "float32" and VARIANTS[v].takes_dtype(d)):
+            if not VARIANTS[v].runs_precision("tf32"):
+                continue
+            rng = random.Random(f"{seed}/{v}/{dtype}")
+            for i in range(shapes):
+                case = draw_case(rng, i, v, "tf32", small)
+                case.dtype = dtype
+                cases.append(case)
     return cases
 
 

@@ -121,7 +121,7 @@ class KernelVariant:
     draw_case: Optional[Callable[..., dict]] = None
     # the precisions it runs (None: every one, precision.PRECISIONS), the dtypes it takes, the epilogues it fuses
     precisions: Optional[tuple[str, ...]] = None
-    dtypes: tuple[str, ...] = ("float32",)
+    dtypes: Optional[tuple[str, ...]] = None  # None: its library Host's (float32 where it has none)
     epilogues: tuple[str, ...] = ("bias",)
     # the CUDA compute capability it needs on a GPU (None: any GPU); whether the interpreter runs it is `interpreted`
     compute_capability: Optional[tuple[int, int]] = None
@@ -152,6 +152,8 @@ class KernelVariant:
             refuse("tf32_ties", f"must be one of {list(TF32_TIE_RULES)}, not {self.tf32_ties!r}")
         if not self.entry_points:
             refuse("entry_points", "must name the jit kernels it launches (llvm_opt's one-time check covers them)")
+        if self.dtypes is None:  # frozen: set once, as it is declared
+            object.__setattr__(self, "dtypes", tuple(self.library.dtypes) if self.library is not None else ("float32",))
         for field, values, allowed in (("precisions", self.precisions or (), PRECISIONS), ("dtypes", self.dtypes, DTYPES),
                                        ("epilogues", self.epilogues, EPILOGUES)):
             unknown = [v for v in values if v not in allowed]
@@ -162,6 +164,8 @@ class KernelVariant:
                                 "from that family")
         if self.library is not None and (self.launch != self.library.launch or self.prepared != self.library.prepared):
             refuse("launch and prepared", "must be its library Host's (library.launch, library.prepared)")
+        if self.library is not None and tuple(self.dtypes) != tuple(self.library.dtypes):
+            refuse("dtypes", f"must be its library Host's ({list(self.library.dtypes)}): the Host's launch checks them")
         for field in ("serves", "bind"):
             if getattr(self, field) is not None and self.library is None:
                 refuse(field, "needs `library`: only a variant the library runs can serve a call or bind one")
@@ -170,6 +174,9 @@ class KernelVariant:
         if self.compute_capability is not None and not (
                 isinstance(self.compute_capability, tuple) and len(self.compute_capability) == 2):
             refuse("compute_capability", f"must be (major, minor), not {self.compute_capability!r}")
+
+    def takes_dtype(self, dtype: str) -> bool:
+        return dtype in (self.dtypes or ())
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions

@@ -27,17 +27,37 @@ def out_size(size: int, k: int, stride: int, pad: int, dil: int) -> int:
     return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
 
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    """A tensor's dtype as problems, pins and variants spell it (float32, bfloat16, float16), else torch's name."""
+    return DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+
+
+def check_dtypes(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], dtypes: tuple[str, ...]) -> None:
+    """One dtype for input, weight and bias (torch refuses a mix outside autocast), and one the kernel takes."""
+    for name, t in (("weight", w), ("bias", b)):
+        if t is not None and t.dtype != x.dtype:
+            raise UnsupportedProblem(f"{name} is {dtype_name(t)}, input {dtype_name(x)}: one dtype for all three")
+    if dtype_name(x) not in dtypes:
+        raise UnsupportedProblem(f"input is {dtype_name(x)}; the kernel takes {' or '.join(dtypes)}")
+    if x.dtype is torch.bfloat16 and x.device.type != "cuda":
+        raise UnsupportedProblem("bfloat16 needs a GPU: the Triton interpreter computes it wrong (numpy has no "
+                                 "bfloat16)")
+
+
 def check_conv_inputs(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], groups: int,
-                      contiguous: bool = True) -> None:
+                      contiguous: bool = True, dtypes: tuple[str, ...] = ("float32",)) -> None:
     """The checks a launcher makes before it allocates anything; the message says what is needed.
-    `contiguous=False`: a launcher that converts the layout itself takes any strides."""
+    `contiguous=False`: a launcher that converts the layout itself takes any strides; `dtypes`: what it takes."""
     if groups != 1:
         raise UnsupportedProblem(f"groups={groups} is not supported (only groups=1)")
     if x.dim() != 4 or w.dim() != 4:
         raise UnsupportedProblem(f"need 4-d NCHW input and weight, got {x.dim()}-d and {w.dim()}-d")
+    check_dtypes(x, w, b, dtypes)
     for name, t in (("input", x), ("weight", w)) + ((("bias", b),) if b is not None else ()):
-        if t.dtype != torch.float32:
-            raise UnsupportedProblem(f"{name} must be float32, got {t.dtype}")
         if t.device != x.device:
             raise UnsupportedProblem(f"{name} is on {t.device}, input on {x.device}")
         if contiguous and not t.is_contiguous():
@@ -100,19 +120,19 @@ def prepare(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
     g = geometry(x, weight, stride, padding, dilation)
     shape = (g.n, g.c_out, g.oh, g.ow)
     if out is None:
-        out = torch.empty(shape, device=x.device, dtype=torch.float32)
+        out = torch.empty(shape, device=x.device, dtype=x.dtype)
     else:
         check_out(x, out, shape, out_channels_last)
     return g, out
 
 
 def check_out(x: torch.Tensor, out: torch.Tensor, shape: tuple[int, int, int, int], channels_last_ok: bool) -> None:
-    """A given `out` must be float32, shaped `shape`, on x's device, NCHW-contiguous (or channels_last where the
-    launcher writes that layout too)."""
-    if (tuple(out.shape) != shape or out.dtype != torch.float32 or out.device != x.device
+    """A given `out` must have x's dtype, be shaped `shape`, on x's device, NCHW-contiguous (or channels_last where
+    the launcher writes that layout too)."""
+    if (tuple(out.shape) != shape or out.dtype != x.dtype or out.device != x.device
             or not (out.is_contiguous() or (channels_last_ok and out.is_contiguous(memory_format=torch.channels_last)))):
         layouts = "contiguous or channels_last" if channels_last_ok else "contiguous"
-        raise UnsupportedProblem(f"out must be a {layouts} float32 {shape} tensor on {x.device}, got "
+        raise UnsupportedProblem(f"out must be a {layouts} {dtype_name(x)} {shape} tensor on {x.device}, got "
                                  f"{tuple(out.shape)} {out.dtype} on {out.device} with strides {out.stride()}")
 
 

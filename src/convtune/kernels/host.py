@@ -22,8 +22,9 @@ import torch
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
-from convtune.kernels.conv_args import check_conv_inputs, check_out, geometry, writes_channels_last
+from convtune.kernels.conv_args import check_conv_inputs, check_out, dtype_name, geometry, writes_channels_last
 from convtune.kernels.meta import Meta
+from convtune.kernels.precision import kernel_precision
 from convtune.kernels.runner import Launched, bound_runner
 from convtune.kernels.selfcheck import aligned_nan, aligned_random
 
@@ -48,13 +49,21 @@ class Host:
     run: Callable[..., tuple[Any, str]]
     channels_last: bool = False
     weight_as_is: bool = False
+    dtypes: tuple[str, ...] = ("float32",)  # what it takes (its KernelVariant.dtypes); the output has the input's
+
+    def plan_for(self, x: torch.Tensor, g: Any, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+                 **options: Any) -> Plan:
+        """The variant's plan for a checked call, made at precision.kernel_precision for the input's dtype (a 16-bit
+        call: tf32_trunc, whatever float32's math mode says)."""
+        return self.plan(x, g, has_bias, meta, kernel_precision(precision, dtype_name(x)), out_cl, **options)
 
     def checked_plan(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                      padding: Any, dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
                      **options: Any) -> tuple[Plan, torch.Tensor]:
         """Every check of a call, its plan, and its output: `out` checked (NCHW or channels_last), or allocated in the
-        variant's layout once the plan has accepted the call."""
-        check_conv_inputs(x, weight, bias, groups, contiguous=False)
+        variant's layout once the plan has accepted the call, in the input's dtype. A 16-bit call is planned at
+        precision.kernel_precision's `tf32_trunc` whatever `precision` says (float32's math mode)."""
+        check_conv_inputs(x, weight, bias, groups, contiguous=False, dtypes=self.dtypes)
         for name, t in (("weight", weight if self.weight_as_is else None), ("bias", bias)):
             if t is not None and not t.is_contiguous():  # every kernel reads the bias by its pointer
                 raise UnsupportedProblem(f"{name} must be contiguous; call .contiguous() first")
@@ -66,9 +75,9 @@ class Host:
         # the layout is read off the tensor as it will be: for C_out or OH·OW of 1 the two layouts are one
         out_cl = writes_channels_last(out if out is not None else torch.empty(shape, device="meta",
                                                                               memory_format=layout))
-        plan = self.plan(x, g, bias is not None, meta, precision, out_cl, **options)
+        plan = self.plan_for(x, g, bias is not None, meta, precision, out_cl, **options)
         if out is None:
-            out = torch.empty(shape, device=x.device, dtype=torch.float32, memory_format=layout)
+            out = torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=layout)
         return plan, out
 
     def launch(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -99,9 +108,10 @@ class Host:
 
 
 def alignment_key(binary_key: tuple, device: torch.device, *tensors: torch.Tensor) -> tuple:
-    """A binary's key for a call: Triton specialises on each pointer's 16-byte alignment, so a binary checked for one
-    alignment is not the binary of another."""
-    return (binary_key, device.index) + tuple(t.data_ptr() & 15 for t in tensors)
+    """A binary's key for a call: Triton specialises on each pointer's dtype and 16-byte alignment, so a binary checked
+    for one is not the binary of another (the constexprs of a plan say nothing of dtypes: a bfloat16 binary bound for a
+    shape read a float16 call of that shape as bfloat16 on the H200)."""
+    return (binary_key, device.index) + tuple((t.data_ptr() & 15, t.dtype) for t in tensors)
 
 
 @dataclass

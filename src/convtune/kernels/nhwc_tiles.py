@@ -38,10 +38,10 @@ def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
     return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
 
 
-def tma_fits(c_in: int) -> bool:
+def tma_fits(c_in: int, element_bytes: int = 4) -> bool:
     """A TMA descriptor of the packed [C_out, KH, KW, C_in] weight (16-byte aligned: pack_weight) needs every
-    tile a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in a multiple of 4 floats."""
-    return c_in % 4 == 0
+    tile a 16-byte aligned start along K: tap·C_in + a multiple of BLOCK_K, so C_in·element_bytes a multiple of 16."""
+    return (c_in * element_bytes) % 16 == 0
 
 
 def weight_arg(cx: dict, wp: torch.Tensor) -> Any:

@@ -27,10 +27,19 @@ import torch
 import triton
 import triton.language as tl
 
+HALF_DTYPES = ("bfloat16", "float16")  # as convtune.problem names them (the kernels room imports no problem)
+
 PRECISIONS = ("tf32", "tf32_trunc", "tf32x3", "ieee")
 TF32_HALF_ULP = 0x1000  # bit 12: half of the lowest mantissa bit TF32 keeps (bit 13)
 TF32_MASK = -8192  # 0xFFFFE000 as int32: sign, exponent and the 10 mantissa bits TF32 keeps
 TIES = ("away", "even")  # how a kernel's `tf32` breaks rounding ties (its module's TF32_TIES)
+
+
+def kernel_precision(precision: str, dtype: str) -> str:
+    """What a kernel's plan is made for: the precision, or for 16-bit operands `tf32_trunc`: no operand rounding (a
+    16-bit value is exact in TF32, and the rounding is integer arithmetic on 32-bit floats) and the plain tensor-core
+    dot, which for 16-bit operands is the 16-bit MMA with float32 accumulation."""
+    return "tf32_trunc" if dtype in HALF_DTYPES else precision
 
 
 def dot_precision(precision: str) -> str:

@@ -22,7 +22,7 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: 
     deterministic) stay as the user set them; only allow_tf32 is switched, for this call, where it disagrees with
     `precision`."""
     tf32 = cudnn_allows_tf32() if precision is None else torch_uses_tf32(precision)
-    if tf32 == cudnn_allows_tf32():
+    if x.dtype is not torch.float32 or tf32 == cudnn_allows_tf32():  # TF32 is float32's math only
         return F.conv2d(x, w, b, stride, padding, dilation, groups)
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32

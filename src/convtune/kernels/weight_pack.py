@@ -47,9 +47,9 @@ _runners: dict[tuple[Any, ...], Callable[[torch.Tensor, torch.Tensor], None]] = 
 
 def pack(weight: torch.Tensor, kwp: int, start: int, round_tf32: bool) -> torch.Tensor:
     """A new contiguous [C_out, C, KH, kwp] tensor: each row's taps at `start`, zeros elsewhere, rounded to TF32
-    if asked. `weight` must be contiguous float32."""
+    if asked (float32 only). `weight` must be contiguous."""
     out = torch.empty(weight.shape[:3] + (kwp,), dtype=weight.dtype, device=weight.device)
-    key = (weight.device, tuple(weight.shape), kwp, start, round_tf32)
+    key = (weight.device, weight.dtype, tuple(weight.shape), kwp, start, round_tf32)
     run = _runners.get(key)
     if run is None:
         run = _runners[key] = _bind(weight, out, kwp, start, round_tf32)
@@ -70,20 +70,22 @@ def _bind(weight: torch.Tensor, out: torch.Tensor, kwp: int, start: int,
     return lambda w, o: _pack_kernel[grid](w, o, **constexprs)
 
 
-def folded_channels(c: int, stride: tuple[int, int]) -> int:
-    """C·SH·SW rounded up to a multiple of 4: the folded rows' stride must be a multiple of 16 bytes for TMA."""
-    return -(-c * stride[0] * stride[1] // 4) * 4
+def folded_channels(c: int, stride: tuple[int, int], element_bytes: int = 4) -> int:
+    """C·SH·SW rounded up to a multiple of 16 bytes (4 float32 or 8 16-bit channels): the folded rows' stride must be
+    one for TMA."""
+    per = 16 // element_bytes
+    return -(-c * stride[0] * stride[1] // per) * per
 
 
 def fold_weight(weight: torch.Tensor, stride: tuple[int, int], taps: tuple[int, int], cf: int,
                 row_pad: int) -> torch.Tensor:
-    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD] fp32: kernel row a of the folded weight is its KWF taps × CF
+    """[C_out, C, KH, KW] → [C_out, KHF·ROW_PAD], in the weight's dtype: kernel row a of the folded weight is its KWF taps × CF
     channels (channel (c·SH + r)·SW + s of tap b is weight[c, SH·a + r, SW·b + s], zero past the kernel), as a row
     of the folded input lies in memory, then zeros to ROW_PAD. Plain torch: the KernelBench export copies it."""
     c_out, c, kh, kw = weight.shape
     sh, sw = stride
     khf, kwf = taps
-    w = torch.nn.functional.pad(weight.detach().float(), (0, kwf * sw - kw, 0, khf * sh - kh))
+    w = torch.nn.functional.pad(weight.detach(), (0, kwf * sw - kw, 0, khf * sh - kh))
     w = w.reshape(c_out, c, khf, sh, kwf, sw).permute(0, 2, 4, 1, 3, 5).reshape(c_out, khf, kwf, c * sh * sw)
     w = torch.nn.functional.pad(w, (0, cf - c * sh * sw)).reshape(c_out, khf, kwf * cf)
     return torch.nn.functional.pad(w, (0, row_pad - kwf * cf)).reshape(c_out, khf * row_pad).contiguous()

@@ -13,7 +13,8 @@ import torch
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import torch_conv
 
-_F32 = torch.float32
+# What some kernel of convtune takes (kernels.base.DTYPES); each variant's Host checks its own
+_TAKEN = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def device_key(t: torch.Tensor) -> str:
@@ -40,6 +41,19 @@ def precision_for(tf32_allowed: bool) -> str:
 def _traced_default_precision() -> str:
     """default_precision for torch.compile, which cannot trace the C getter: read once at trace time."""
     return default_precision()
+
+
+def autocast_args(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
+                  ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """The tensors torch's convolution would compute with under torch.autocast: in an autocast region of the input's
+    device, conv2d is a lower-precision op, and every floating tensor of it is cast to the region's dtype (bfloat16 or
+    float16); elsewhere, the tensors as given. What the pins then key the call by is that dtype."""
+    kind = input.device.type
+    if not torch.is_autocast_enabled(kind):
+        return input, weight, bias
+    dt = torch.get_autocast_dtype(kind)
+    cast = lambda t: t.to(dt) if t is not None and t.is_floating_point() and t.dtype is not dt else t  # noqa: E731
+    return cast(input), cast(weight), cast(bias)
 
 
 def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
@@ -84,8 +98,15 @@ def why_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     if isinstance(padding, str):
         return f"padding={padding!r} (the kernels take numbers)"
     for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and t.dtype is not _F32:
-            return f"{name} is {t.dtype} (the kernels take float32)"
+        if t is not None and t.dtype not in _TAKEN:
+            return f"{name} is {t.dtype} (the kernels take float32, bfloat16 and float16)"
+        if t is not None and t.dtype is not input.dtype:
+            return f"{name} is {t.dtype}, input {input.dtype} (torch decides what a mix of dtypes means)"
+    if input.dtype is torch.bfloat16 and not input.is_cuda:
+        return BF16_ON_CPU
     if input.dim() != 4:
         return f"{input.dim()}-d input (the kernels take a batch, N×C×H×W)"
     return None
+
+
+BF16_ON_CPU = "bfloat16 on the CPU (the Triton interpreter computes it wrong: numpy has no bfloat16)"

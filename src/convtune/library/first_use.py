@@ -87,7 +87,7 @@ def contest(p: ConvProblem, precision: str, device: Any, candidates: list[pins.K
     until the budget is spent: (the fastest that beat torch by MIN_GAIN, or None; why; seconds; numbers)."""
     import torch
 
-    from convtune.config import TOLERANCE
+    from convtune.config import tolerance
     import convtune.measure.contest as measured
 
     start = time.monotonic()
@@ -102,7 +102,7 @@ def contest(p: ConvProblem, precision: str, device: Any, candidates: list[pins.K
             tried += 1
             them = [measured.Contender(pins.TORCH, "pin"), measured.Contender(pin.meta, "candidate",
                                                                               kernel=VARIANTS[pin.kernel])]
-            measured.remeasure(p, them, precision, TOLERANCE[precision], ROUNDS if on_gpu else 1,
+            measured.remeasure(p, them, precision, tolerance(precision, p.dtype), ROUNDS if on_gpu else 1,
                                REPS if on_gpu else 1, "cuda" if on_gpu else "cpu", check="kernelbench")
             d = measured.decide(them, MIN_GAIN, CONFIDENCE)
             torch_ms, ours = them[0].median_ms, them[1]

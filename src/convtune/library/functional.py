@@ -22,18 +22,18 @@ import torch.nn.functional as F
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import KernelVariant, get_variant, torch_conv
 from convtune import pins
-from convtune.kernels.conv_args import ConvGeometry, check_conv_inputs, geometry, prepare
+from convtune.kernels.base import DTYPES
+from convtune.kernels.conv_args import ConvGeometry, check_conv_inputs, dtype_name, geometry
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
-from convtune.library.call_key import (_traced_default_precision, call_layout, default_precision, device_key,
-                                       output_format, why_torch)
-from convtune.problem import ConvProblem
+from convtune.library.call_key import (_traced_default_precision, autocast_args, call_layout, default_precision,
+                                       device_key, output_format, why_torch)
+from convtune.problem import ConvProblem, for_dtype
 
 log = logging.getLogger(__name__)
 # The library call's cache: a signature → its plan (a kernel's LaunchPlan, or pins.TORCH), or, for the torch
 # shortcut, whether its decision says torch. Made from dispatch's decisions and dropped with them (dispatch.forget).
 _calls: dict[tuple[Any, ...], Any] = {}
-_F32 = torch.float32
 
 
 def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
@@ -45,16 +45,16 @@ def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any,
     call is traced by torch.compile (a "+compiled" pin decides it)."""
     gpu = device_key(x)
     return _decide(tuple(x.shape), tuple(weight.shape), has_bias, stride, padding, dilation, precision, training,
-                   layout or call_layout(x, weight), gpu, x.device, compiled)
+                   layout or call_layout(x, weight), gpu, x.device, compiled, dtype_name(x))
 
 
 def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: Any, padding: Any,
             dilation: Any, precision: str, training: bool, layout: str, gpu: str, device: torch.device,
-            compiled: bool) -> dispatch.Decision:
+            compiled: bool, dtype: str = "float32") -> dispatch.Decision:
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
     n, c, h, w = x_shape
     c_out, _, kh, kw = w_shape
-    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, layout=layout)
+    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, dtype=dtype, layout=layout)
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     d = dispatch.decide(p, gpu, capability, precision, training, device, compiled=compiled)
     log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision,
@@ -65,7 +65,7 @@ def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, 
 @torch.compiler.assume_constant_result
 def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: tuple[int, ...],
                         padding: tuple[int, ...], dilation: tuple[int, ...], precision: str, layout: str,
-                        device: str, training: bool) -> bool:
+                        device: str, training: bool, dtype: str = "float32") -> bool:
     """Whether a call traced by torch.compile runs convtune's operator (its "+compiled" pin names a kernel), decided
     once as the graph is traced: where it does not, the graph holds aten's convolution, which Inductor plans (layout,
     fusions) as it would without convtune. A call the kernel cannot take answers True: the operator raises its
@@ -74,7 +74,7 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "interpreter"
     try:
         return _decide(x_shape, w_shape, has_bias, stride, padding, dilation, precision, training, layout, gpu, dev,
-                       True).value != pins.TORCH
+                       True, dtype).value != pins.TORCH
     except (ConfigError, UnsupportedProblem):
         return True
 
@@ -114,14 +114,16 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
     variant = get_variant(value.kernel)
     if variant.library is None:
         raise UnsupportedProblem(f"{value.kernel} is not one of the library's kernels (a pin may name only those)")
-    plan = variant.library.plan(x, g, has_bias, value.meta, precision, out_cl)
+    if not variant.takes_dtype(dtype_name(x)):  # a pin is filed under its dtype's key: a hand-written one, say
+        raise UnsupportedProblem(f"{value.kernel} takes {' and '.join(variant.dtypes)}, not {dtype_name(x)}")
+    plan = variant.library.plan_for(x, g, has_bias, value.meta, precision, out_cl)
     _variants[type(plan)] = variant
     return plan
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int) -> None:
     """Every check of a call's tensors, raising the precise error (the input may be in either layout)."""
-    check_conv_inputs(x, weight, bias, groups, contiguous=False)
+    check_conv_inputs(x, weight, bias, groups, contiguous=False, dtypes=DTYPES)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and not t.is_contiguous():
             raise UnsupportedProblem(f"{name} must be contiguous; call .contiguous() first")
@@ -151,7 +153,7 @@ def pinned_to_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[to
 def _looks_up_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                     padding: Any, dilation: Any, groups: int, precision: str, training: bool) -> bool:
     if groups != 1 or isinstance(padding, str) or input.dim() != 4 or weight.dim() != 4 or any(
-            t is not None and t.dtype is not _F32 for t in (input, weight, bias)):
+            t is not None and t.dtype is not input.dtype for t in (weight, bias)) or dtype_name(input) not in DTYPES:
         return False
     try:
         return decision(input, weight, bias is not None, stride, padding, dilation, precision, training).value == pins.TORCH
@@ -176,12 +178,12 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
     # what the signature (the plan's key) leaves out is checked on every call: dtypes, devices, contiguity, the
     # bias's size (a bias of 3 for 4 channels would leave a channel without bias, or read past its end on a GPU)
-    if not (weight.is_contiguous() and x.dtype is _F32 and weight.dtype is _F32
-            and weight.get_device() == x.get_device()
-            and (bias is None or (bias.is_contiguous() and bias.dtype is _F32 and bias.get_device() == x.get_device()
+    dtype = x.dtype  # the signature's (the plan's key holds it)
+    if not (weight.is_contiguous() and weight.dtype is dtype and weight.get_device() == x.get_device()
+            and (bias is None or (bias.is_contiguous() and bias.dtype is dtype and bias.get_device() == x.get_device()
                                   and bias.dim() == 1 and bias.shape[0] == weight.shape[0]))):
         _check(x, weight, bias, groups)  # raises the precise error
-    out = torch.empty(plan.out_shape, device=x.device, dtype=torch.float32,
+    out = torch.empty(plan.out_shape, device=x.device, dtype=dtype,
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
     call.run(plan, x, weight, bias, out)
     return out
@@ -190,23 +192,23 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 class Bound:
     """One layer's call signature with everything decided: the plan and the launch its variant bound to it
     (KernelVariant.bind). A call goes through it only if `matches` says the call is the one it was made for: the same
-    input shape, float32, NCHW-contiguous, on the same device with the same alignment, the same weight and bias
+    input shape and dtype, NCHW-contiguous, on the same device with the same alignment, the same weight and bias
     tensors on the same storage, the same precision and pins. Anything else takes the full path. Gradients go
     through _EagerConv, the same backward as the operator's."""
 
-    __slots__ = ("shape", "device", "align", "weight", "weight_ptr", "bias", "precision", "generation", "geometry",
+    __slots__ = ("shape", "dtype", "device", "align", "weight", "weight_ptr", "bias", "precision", "generation", "geometry",
                  "call", "training")
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], geometry: tuple[Any, ...],
                  precision: str, call: Any, training: bool) -> None:
-        self.shape, self.device, self.align = x.shape, x.get_device(), x.data_ptr() & 15
+        self.shape, self.dtype, self.device, self.align = x.shape, x.dtype, x.get_device(), x.data_ptr() & 15
         self.weight, self.weight_ptr, self.bias = weight, weight.data_ptr(), bias
         self.precision, self.generation, self.geometry = precision, dispatch.generation, geometry
         self.call = call  # (x, weight, bias) → output
         self.training = training  # made for calls that record gradients, or for calls that do not
 
     def matches(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> bool:
-        return (x.shape == self.shape and x.dtype is _F32 and x.is_contiguous() and x.get_device() == self.device
+        return (x.shape == self.shape and x.dtype is self.dtype and x.is_contiguous() and x.get_device() == self.device
                 and x.data_ptr() & 15 == self.align and weight is self.weight and weight.data_ptr() == self.weight_ptr
                 and bias is self.bias and precision == self.precision and dispatch.generation == self.generation)
 
@@ -232,7 +234,7 @@ def bind(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     variant = _variants.get(type(plan))
     if variant is None or variant.bind is None:  # pins.TORCH, or a kernel with no bound launch
         return None
-    prepare(input, weight, bias, stride, padding, dilation, None, 1)  # dtypes and devices: raises the precise error
+    _check(input, weight, bias, 1)  # dtypes and devices: raises the precise error
     call = variant.bind(plan, input, weight, bias)
     if call is None:
         return None
@@ -262,7 +264,7 @@ def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
                  dilation: Any, groups: int, precision: str, training: bool = False, layout: str = "nchw",
                  compiled: bool = False) -> Plan:
     key = (input.shape, weight.shape, bias is None, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, precision, input.get_device(), input.data_ptr() & 15, training, layout, compiled)
+           groups, precision, input.get_device(), input.dtype, input.data_ptr() & 15, training, layout, compiled)
     plan = _calls.get(key)
     if plan is None:
         plan = _calls[key] = _plan(input, weight, bias, stride, padding, dilation, groups, precision, training, layout,
@@ -293,7 +295,7 @@ def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     fmt = torch.contiguous_format if input.is_contiguous() else torch.channels_last  # as _run lays it out
-    return torch.empty((n, c_out, oh, ow), dtype=torch.float32, device=input.device, memory_format=fmt)
+    return torch.empty((n, c_out, oh, ow), dtype=input.dtype, device=input.device, memory_format=fmt)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -320,26 +322,27 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
            padding: Any = 0, dilation: Any = 1, groups: int = 1, precision: Optional[str] = None) -> torch.Tensor:
     """torch.nn.functional.conv2d, with gradients (through PyTorch's convolution backward) and traceable by
     torch.compile (the operator convtune::conv2d). A call no kernel of convtune takes (why_torch: a CPU tensor, a
-    dtype other than float32, groups, padding given as a string, an input that is not 4-d) runs torch's own
-    convolution, with the reason logged at DEBUG (logger convtune.library.functional), as convtune.nn.Conv2d does.
+    dtype other than float32, bfloat16 and float16, groups, string padding, an input that is not 4-d) runs torch's
+    convolution, the reason logged at DEBUG (logger convtune.library.functional), as convtune.nn.Conv2d does. Under
+    torch.autocast it computes in the region's dtype, as torch's does (call_key.autocast_args); a 16-bit call is
+    decided by its dtype's pins at precision tf32 (problem.for_dtype).
 
-    Any layout is taken, and the output follows torch's rule (output_format). Without a pin the call runs the
-    library's default variant for its layout and input channels (kernels.library_variant), on the input copied into
-    the layout that variant reads where it is not in it already; a pin may name another kernel for its key. The first call of a signature (shapes, layout, padding, precision, device,
-    input alignment) checks everything, looks up the pin and caches a launch plan; later calls check dtype only.
-    Where the pin says torch, torch's own convolution runs, with torch's autograd. Under torch.compile the call is
-    decided as it is traced, by its "+compiled" pin (library/dispatch.py): torch's convolution goes into the graph as
-    aten's, for Inductor to plan, unless that pin names a kernel; recompile (torch._dynamo.reset()) after the pins
-    change."""
+    Any layout is taken, and the output follows torch's rule (output_format). What runs is library/dispatch.decide's:
+    a pinned kernel (on the input copied into the layout it reads) or torch. The first call of a signature (shapes,
+    dtype, layout, padding, precision, device, alignment) checks everything and caches a launch plan. Under
+    torch.compile a call is decided as it is traced, by its "+compiled" pin: aten's convolution goes into the graph,
+    for Inductor to plan, unless that pin names a kernel; recompile (torch._dynamo.reset()) after the pins change."""
     compiling = torch.compiler.is_compiling()
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError("precision", precision, f"one of {list(PRECISIONS)}, or None: as torch runs float32 "
                                                   "convolutions (tf32 unless torch.backends.cudnn.allow_tf32 is off)")
+    input, weight, bias = autocast_args(input, weight, bias)
     why = why_torch(input, weight, bias, groups, padding)
     if why is not None:
         log.debug("convtune.conv2d runs torch: %s", why)
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision, groups)
-    precision = precision or (_traced_default_precision() if compiling else default_precision())
+    precision = for_dtype(precision or (_traced_default_precision() if compiling else default_precision()),
+                          dtype_name(input))
     if compiling:
         if not _traced_kernel(input, weight, bias, stride, padding, dilation, precision):
             return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
@@ -357,11 +360,14 @@ def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     precision where no pin names a kernel), and so do symbolic shapes (a graph traced for dynamic shapes: decided
     when the operator runs)."""
     # `d.__class__`, not isinstance or type(): dynamo answers int to those for a symbolic size too
-    if precision != _traced_default_precision() or not all(d.__class__ is int for d in (*input.shape, *weight.shape)):
+    dtype = dtype_name(input)
+    if (precision != for_dtype(_traced_default_precision(), dtype)
+            or not all(d.__class__ is int for d in (*input.shape, *weight.shape))):
         return True
     return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
                                tuple(_pair(padding)), tuple(_pair(dilation)), precision,
-                               call_layout(input, weight), str(input.device), records_gradients(input, weight, bias))
+                               call_layout(input, weight), str(input.device), records_gradients(input, weight, bias),
+                               dtype)
 
 
 def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,

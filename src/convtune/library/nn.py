@@ -34,8 +34,12 @@ class Conv2d(torch.nn.Conv2d):
     # none): the next call with it skips the pin lookup and the attempt to bind, and goes to kernel_conv2d, which
     # finds its plan in the plan cache.
     _kernel_for: Any = None
+    # Under torch.autocast, outside autograd: (dtype, weight, its version, bias, its version) → the weight and bias
+    # cast to that dtype, kept so that a layer's calls reuse one cast (as autocast's own cast cache does for leaf
+    # parameters), and with it the bound launch and the kernels' packed weights
+    _cast: Any = None
 
-    _MEMOS = ("_bound", "_torch_for", "_kernel_for")
+    _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in self._MEMOS:  # stride, padding, groups, ... changed: decide again
@@ -66,8 +70,6 @@ class Conv2d(torch.nn.Conv2d):
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
         # train step (benchmarks/train_step_ab.py; a cProfile of the module's forward): convert(model, example_input) leaves
         # such layers as torch.nn.Conv2d.
-        if torch.is_autocast_enabled(x.device.type):  # our kernels are fp32: under autocast, torch's own path and dtype
-            return super().forward(x)
         params = self._parameters
         if type(self) is Conv2d and "weight" in params and "bias" in params:
             weight, bias = params["weight"], params["bias"]
@@ -76,6 +78,8 @@ class Conv2d(torch.nn.Conv2d):
         tf32 = cudnn_allows_tf32()
         training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        if torch.is_autocast_enabled(x.device.type):  # what torch's convolution computes with there
+            x, weight, bias = self._autocast(x, weight, bias, training)
         bound = self._bound
         precision = call_key.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
@@ -100,6 +104,22 @@ class Conv2d(torch.nn.Conv2d):
             self._torch_for = sig
         return super().forward(x)
 
+    def _autocast(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                  training: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """call_key.autocast_args, with the parameters' cast kept between calls that record no gradients."""
+        if training:
+            return call_key.autocast_args(x, weight, bias)
+        dt = torch.get_autocast_dtype(x.device.type)
+        key = (dt, weight, weight._version, bias, None if bias is None else bias._version)
+        cast = self._cast
+        if cast is None or cast[0] != key:
+            _, w, b = call_key.autocast_args(x[:0], weight, bias)
+            cast = self._cast = (key, w, b)
+        return x.to(dt) if x.is_floating_point() and x.dtype is not dt else x, cast[1], cast[2]
+
+
+_TAKEN = (torch.float32, torch.bfloat16, torch.float16)  # what some kernel takes (kernels.base.DTYPES)
+
 
 def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
     if m.groups != 1:
@@ -108,14 +128,16 @@ def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
         return f"padding_mode={m.padding_mode!r} (the kernel pads with zeros)"
     if isinstance(m.padding, str):
         return f"padding={m.padding!r} (the kernel takes numbers)"
-    if m.weight.dtype != torch.float32:
-        return f"weight is {m.weight.dtype} (the kernel takes float32)"
+    if m.weight.dtype not in _TAKEN:
+        return f"weight is {m.weight.dtype} (the kernels take float32, bfloat16 and float16)"
     return None
 
 
 def _why_input(x: torch.Tensor) -> Optional[str]:
-    if x.dtype != torch.float32:
-        return f"input is {x.dtype} (the kernel takes float32)"
+    if x.dtype not in _TAKEN:
+        return f"input is {x.dtype} (the kernels take float32, bfloat16 and float16)"
+    if x.dtype is torch.bfloat16 and not x.is_cuda:
+        return call_key.BF16_ON_CPU
     if x.dim() != 4:
         return f"{x.dim()}-d input (the kernel takes a batch, N×C×H×W)"
     return None

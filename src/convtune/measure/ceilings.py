@@ -26,4 +26,5 @@ def apply_cache(spec: Optional[GpuSpec], device_name: str, path: Path = CACHE) -
     got = load_cache(path).get(device_name)
     if spec is None or not got:
         return spec
-    return replace(spec, measured_tf32_tflops=got["tf32_tflops"], measured_copy_gbps=got["copy_gbps"])
+    return replace(spec, measured_tf32_tflops=got["tf32_tflops"], measured_copy_gbps=got["copy_gbps"],
+                   measured_half_tflops=got.get("bf16_tflops", spec.measured_half_tflops))

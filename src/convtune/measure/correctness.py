@@ -10,6 +10,12 @@
 
 `check=float64` judges by the first only; `check=kernelbench` (the default) requires both, because a
 configuration the judge would reject must never become a candidate or a pin.
+
+A bfloat16 or float16 problem is compared with torch's convolution at its dtype (cuDNN's half-precision algorithms on
+a GPU; float32's math mode does not apply) by KernelBench's tolerance for that precision (atol = rtol = 1e-2,
+`get_tolerance_for_precision`), and its float64-referenced error must also be no worse than torch's own, within
+HALF_ERROR_MARGIN: both are dominated by rounding the output to 16 bits once, and a kernel that rounded an
+intermediate (a partial sum, the bias) would show as a larger error than torch's while still inside allclose.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ from convtune.problem import ConvProblem
 from convtune.record import Metric, Tag
 
 KB_ATOL = KB_RTOL = 1e-4  # kernelbench.eval, fp32
+KB_HALF_TOLERANCE = 1e-2  # kernelbench.eval's get_tolerance_for_precision for bfloat16 and float16 (atol = rtol)
+# How much larger than torch's own float64-referenced error a half-precision output's may be: both round the same
+# float32 sums to 16 bits, so they differ by the few outputs whose sums differ across a rounding boundary
+HALF_ERROR_MARGIN = 1.1
 CHECKS = ("kernelbench", "float64")
 
 
@@ -44,7 +54,10 @@ def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torc
 
 def torch_output(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
                  precision: str) -> tuple[torch.Tensor, str]:
-    """What a user's torch computes for this precision, and a label saying what that was."""
+    """What a user's torch computes for this precision (and the inputs' dtype), and a label saying what that was."""
+    if x.dtype != torch.float32:
+        y = F.conv2d(x, w, b, p.stride, p.padding, p.dilation)
+        return y, f"{'cuDNN' if x.is_cuda else 'torch CPU'} {p.dtype} (torch {torch.__version__})"
     tf32 = torch_uses_tf32(precision)
     if x.is_cuda:
         # torch's defaults, as KernelBench runs its reference Model: benchmark off, TF32 as the precision says
@@ -83,8 +96,10 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
     theirs, label = torch_output(p, x, w, b, precision)
     torch_rel = float(torch.linalg.vector_norm(theirs.double() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
     del ref
-    max_abs = float((out - theirs).abs().max()) if out.numel() else 0.0
-    matches = bool(torch.allclose(theirs, out, atol=KB_ATOL, rtol=KB_RTOL))
+    half = out.dtype != torch.float32
+    kb_tol = KB_HALF_TOLERANCE if half else KB_ATOL
+    max_abs = float((out.float() - theirs.float()).abs().max()) if out.numel() else 0.0
+    matches = bool(torch.allclose(theirs, out, atol=kb_tol, rtol=kb_tol))
     del theirs
     # torch_rel_err tells how torch itself computed: ~1e-7 means cuDNN ran true fp32 there (no TF32 to match)
     metrics = {Metric.REL_ERR: rel, Metric.MAX_ABS_ERR_VS_TORCH: max_abs, Metric.MATCHES_TORCH: float(matches),
@@ -92,8 +107,11 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
     tags = {Tag.TORCH_REFERENCE: label, Tag.FLOAT64_REFERENCE: ref_note}
     if not rel <= tol:
         return Verdict(False, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}", metrics, tags)
+    if check == "kernelbench" and half and not rel <= HALF_ERROR_MARGIN * torch_rel:
+        return Verdict(False, f"relative L2 error {rel:.3g} is worse than torch's own {torch_rel:.3g} ({label}) by more "
+                              f"than {HALF_ERROR_MARGIN}x", metrics, tags)
     if check == "kernelbench" and not matches:
-        return Verdict(False, f"does not match torch ({label}) by KernelBench's allclose(atol=rtol=1e-4): "
+        return Verdict(False, f"does not match torch ({label}) by KernelBench's allclose(atol=rtol={kb_tol:.0e}): "
                               f"max |diff| {max_abs:.3g} (check=float64 judges by the float64 reference only)",
                        metrics, tags)
     return Verdict(True, f"relative L2 error {rel:.3g} <= {tol:.0e}; "

@@ -16,6 +16,7 @@ from convtune.measure import bench
 from convtune.measure.bench import TimingSettings
 from convtune.measure.correctness import judge
 from convtune.kernels import KernelVariant, Meta
+from convtune.kernels.conv_args import TORCH_DTYPES
 from convtune.kernels.precision import torch_uses_tf32
 from convtune.measure.metrics import GpuSpec, floor_ms, performance
 from convtune.measure.occupancy import SmLimits, occupancy
@@ -41,13 +42,16 @@ def sm_limits(device: torch.device) -> SmLimits:
 
 def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """Seeded inputs, never zeros: x as the problem says (rand as KernelBench), weight and bias drawn as
-    torch.nn.Conv2d initialises them (uniform ±1/sqrt(fan_in))."""
+    torch.nn.Conv2d initialises them (uniform ±1/sqrt(fan_in)), drawn in float32 and cast to the problem's dtype (the
+    same values, rounded, in every dtype)."""
     g = torch.Generator(device=device).manual_seed(seed)
     draw = torch.rand if p.init == "rand" else torch.randn
-    x = draw(p.input_shape, generator=g, device=device, dtype=torch.float32).contiguous(memory_format=memory_format(p))
+    dtype = TORCH_DTYPES[p.dtype]
+    x = draw(p.input_shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    x = x.contiguous(memory_format=memory_format(p))
     bound = 1.0 / math.sqrt(p.in_channels * p.kernel_h * p.kernel_w)
-    w = (torch.rand(p.weight_shape, generator=g, device=device) * 2 - 1) * bound
-    b = (torch.rand((p.out_channels,), generator=g, device=device) * 2 - 1) * bound if p.bias else None
+    w = ((torch.rand(p.weight_shape, generator=g, device=device) * 2 - 1) * bound).to(dtype)
+    b = ((torch.rand((p.out_channels,), generator=g, device=device) * 2 - 1) * bound).to(dtype) if p.bias else None
     return x, w, b
 
 
@@ -59,7 +63,7 @@ def memory_format(p: ConvProblem) -> torch.memory_format:
 def poisoned_output(p: ConvProblem, device: torch.device) -> torch.Tensor:
     """A NaN-filled output in the problem's layout (as torch's convolution lays it out): a kernel must write
     every element, and writes the layout a user's call would get."""
-    out = torch.empty(p.output_shape, device=device, dtype=torch.float32, memory_format=memory_format(p))
+    out = torch.empty(p.output_shape, device=device, dtype=TORCH_DTYPES[p.dtype], memory_format=memory_format(p))
     return out.fill_(float("nan"))
 
 
@@ -127,8 +131,12 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     metrics.update(performance(p, timing.median_ms, spec, precision))
     if spec is not None:
         metrics[Metric.FLOOR_MS], tags[Tag.FLOOR_SOURCE] = floor_ms(p, spec, precision)
-        metrics.update({Metric.PEAK_TFLOPS: spec.peak_tflops(precision), Metric.PEAK_GBPS: spec.dram_gbps})
-        if spec.measured_tf32_tflops and spec.measured_copy_gbps and precision != "ieee":
+        metrics.update({Metric.PEAK_TFLOPS: spec.peak_tflops(precision, p.dtype), Metric.PEAK_GBPS: spec.dram_gbps})
+        if p.dtype != "float32":
+            if spec.measured_half_tflops and spec.measured_copy_gbps:
+                metrics.update({Metric.MEASURED_PEAK_TFLOPS: spec.measured_half_tflops,
+                                Metric.MEASURED_PEAK_GBPS: spec.measured_copy_gbps})
+        elif spec.measured_tf32_tflops and spec.measured_copy_gbps and precision != "ieee":
             metrics.update({Metric.MEASURED_PEAK_TFLOPS: spec.measured_tf32_tflops / (3 if precision == "tf32x3" else 1),
                             Metric.MEASURED_PEAK_GBPS: spec.measured_copy_gbps})
         metrics[Metric.PCT_OF_FLOOR] = 100.0 * metrics[Metric.FLOOR_MS] / timing.median_ms

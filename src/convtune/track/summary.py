@@ -45,13 +45,15 @@ def rows(runs: Iterable[Any]) -> list[list[str]]:
     ordered = ranked(runs)
     # a sweep over kernels (+experiment=candidates): the same launch keys mean other things in each, so name it
     several = len({r.param(Param.KERNEL) for r in ordered}) > 1
+    dtypes = len({_dtype(r) for r in ordered}) > 1  # a sweep over dtype=: each row says its own
     for i, r in enumerate(ordered, 1):
         m = r.metric
         p20, p80 = m(Metric.LATENCY_P20_MS), m(Metric.LATENCY_P80_MS)
         spread = ("" if p20 is None or p80 is None else "one call" if p20 == p80 else f"{p20:.3f}–{p80:.3f}")
         speedup = m(Metric.SPEEDUP_VS_CUDNN)
         out.append([
-            str(i) if r.ok else "-", (f"{r.param(Param.KERNEL)}: " if several else "") + r.config_label(), r.status,
+            str(i) if r.ok else "-", (f"{_dtype(r)} " if dtypes else "") + (f"{r.param(Param.KERNEL)}: " if several else "")
+            + r.config_label(), r.status,
             _fmt(r.latency_ms, ".4f"), spread, _fmt(m(Metric.LATENCY_CV), ".2%"),
             _sig(m(Metric.TFLOPS)), _sig(m(Metric.GBPS)), _fmt(m(Metric.PCT_PEAK_TFLOPS), ".1f"),
             _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),
@@ -59,6 +61,10 @@ def rows(runs: Iterable[Any]) -> list[list[str]]:
             (r.tag(Tag.ERROR_MESSAGE) or (f"resumed from {r.tag(Tag.RESUMED_FROM)[:8]}" if r.tag(Tag.RESUMED_FROM) else ""))[:90],
         ])
     return out
+
+
+def _dtype(r: Any) -> str:
+    return str(r.param("problem.dtype") or "float32")
 
 
 def markdown(runs: Iterable[Any]) -> str:
@@ -69,13 +75,14 @@ def markdown(runs: Iterable[Any]) -> str:
 
 
 def per_problem(runs: Iterable[Any]) -> str:
-    """For a sweep over several problems: the best correct run of each problem and input layout against cuDNN
-    (a channels_last input against cuDNN channels_last, an NCHW one against cuDNN's faster layout), and the
-    geomean per layout."""
+    """For a sweep over several problems: the best correct run of each problem, input layout and dtype against cuDNN
+    at that dtype (a channels_last input against cuDNN channels_last, an NCHW one against cuDNN's faster layout), and
+    the geomean per layout (and dtype, where not float32)."""
     best: dict[tuple[str, str], RunView] = {}
     for r in ranked(runs):
         if r.ok:
-            best.setdefault((r.problem or "?", str(r.param("problem.layout") or "nchw")), r)
+            layout = str(r.param("problem.layout") or "nchw")
+            best.setdefault((r.problem or "?", layout if _dtype(r) == "float32" else f"{layout} {_dtype(r)}"), r)
     head = ["problem", "layout", "kernel", "cuDNN NCHW ms", "cuDNN CL ms", "ours ms", "speedup", "TFLOPS",
             "% of floor", "config"]
     body, logs = [], {}

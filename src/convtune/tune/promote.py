@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from convtune.config import TOLERANCE
+from convtune.config import tolerance
 from convtune.errors import ConfigError
 from convtune.device import capability_of, git_tags
 from convtune.resolve import Setup, resolve
@@ -107,7 +107,7 @@ def run_promote(cfg: DictConfig) -> int:
     remeasured, refusal = False, None
     if p.remeasure and c.gpu == setup.gpu:
         rounds, reps = setup.contest_timing(p.rounds, p.reps)
-        contest.remeasure(setup.problem, c.contenders, setup.precision, TOLERANCE[setup.precision],
+        contest.remeasure(setup.problem, c.contenders, setup.precision, tolerance(setup.precision, setup.problem.dtype),
                           rounds, reps, setup.device, check=setup.check)
         remeasured = True
     elif p.remeasure:

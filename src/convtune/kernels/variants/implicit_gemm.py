@@ -104,7 +104,7 @@ def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int, precision
     at 2: its three products make the K padding of VEC=4 (11 → 16 taps on L1 #50) expensive; best configs
     on an H200, L1 #50 tf32x3: VEC=2 1.61 ms, VEC=4 1.87 ms, VEC=1 3.51 ms."""
     for vec in ((2,) if precision == "tf32x3" else (4, 2)):
-        if dil_w == 1 and stride_w % vec == 0 and width % vec == 0 and x.data_ptr() % (4 * vec) == 0:
+        if dil_w == 1 and stride_w % vec == 0 and width % vec == 0 and x.data_ptr() % (x.element_size() * vec) == 0:
             return vec
     return 1
 
@@ -142,7 +142,7 @@ def packed_weight(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) 
 
 
 def _pack(weight: torch.Tensor, pad_w: int, vec: int, round_tf32: bool) -> torch.Tensor:
-    if weight.is_contiguous() and weight.dtype is torch.float32:  # one launch (weight_pack: why)
+    if weight.is_contiguous():  # one launch (weight_pack: why)
         kwp, j0 = row_window(weight.shape[3], pad_w, vec)
         return weight_pack.pack(weight, kwp, weight_pack.window_start(weight.shape[3], kwp, pad_w, j0), round_tf32)
     return pack_weight(weight, pad_w, vec, round_tf32)[0]
@@ -196,7 +196,8 @@ def _level(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Ten
            out: torch.Tensor) -> str:
     """The LLVM level of this plan's binary for these tensors' alignment (checked once, see llvm_opt)."""
     b = bias if bias is not None else x
-    key = (plan.binary_key, x.get_device(), x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
+    key = (plan.binary_key, x.get_device(), x.dtype, x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15,
+           out.data_ptr() & 15)
     return llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out),
                            lambda: f"implicit_gemm {plan.constexprs}")
 
@@ -274,7 +275,7 @@ def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precisio
 
 # implicit_gemm reads NCHW: an input that is not is copied inside the call; its weight unpacked where the row needs no
 # padding (pack_weight), so that must be contiguous. The library binds its launches itself (bind).
-HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True)
+HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True, dtypes=("float32", "bfloat16", "float16"))
 launch, prepared = HOST.launch, HOST.prepared
 
 

@@ -18,7 +18,10 @@ slower than 0.104 at every tile. Tiles of 128 output channels gave wrong outputs
 exact sum, two shapes, with TMA; right without) where 64 gave none wrong in 108 configurations, so BLOCK_N is at most
 64 (check_meta).
 
-What it takes (make_plan refuses the rest in one line): precision tf32, a 1×1 kernel, stride 1 and no padding (any
+A 16-bit call (bfloat16, float16) takes its operands as they are: nothing to round, the 16-bit MMA with float32
+accumulation.
+
+What it takes (make_plan refuses the rest in one line): precision tf32 for float32, a 1×1 kernel, stride 1 and no padding (any
 dilation: a 1×1 kernel has none to dilate), up to 65535 images (the grid's second axis).
 """
 
@@ -35,7 +38,7 @@ import triton.language as tl
 from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.base import KernelVariant, Knob, Space, register
-from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.base import log_uniform_int
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.conv_args import ConvGeometry
@@ -45,7 +48,8 @@ from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, round_tf32_even,
                                        round_tf32_even_ptx, round_to_tf32_even)
 from convtune.kernels.selfcheck import agrees
 
-RESTRICTED_TO = "precision tf32, a 1x1 kernel, stride 1, padding 0, up to 65535 images"
+RESTRICTED_TO = "precision tf32 (float32), a 1x1 kernel, stride 1, padding 0, up to 65535 images"
+DTYPES = ("float32", "bfloat16", "float16")
 TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py): the 1×1 3.1e-6 from it so, 1.9e-4 away
 PRECISIONS = ("tf32",)  # what make_plan takes
 MAX_IMAGES = 65535  # the grid's second axis
@@ -62,7 +66,7 @@ SPACE = Space("nchw_1x1", (
 def _conv2d_1x1_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr,  # x_ptr: a TMA descriptor of the input as [N, C, H·W] (X_TMA), else the input
     C: tl.constexpr, HW: tl.constexpr, C_OUT: tl.constexpr,
-    HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, X_TMA: tl.constexpr,
+    HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, X_TMA: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -84,8 +88,9 @@ def _conv2d_1x1_kernel(
         else:
             x = tl.load(x_ptr + n.to(tl.int64) * (C * HW) + k[:, None] * HW + offs_m[None, :],
                         mask=(k < C)[:, None] & m_mask[None, :], other=0.0)
-        # rounded in registers, where the MMA takes its A operand from; the weight was rounded when packed
-        a = tl.trans(round_tf32_even(x))
+        if ROUND:  # float32: rounded in registers, where the MMA takes its A operand from; the weight when packed
+            x = round_tf32_even(x)
+        a = tl.trans(x)
         w = tl.load(w_ptr + offs_n[:, None] * C + k[None, :], mask=n_mask[:, None] & (k < C)[None, :], other=0.0)
         acc = tl.dot(a, tl.trans(w), acc, input_precision="tf32")
 
@@ -116,16 +121,18 @@ def check_meta(meta: Meta) -> None:
         raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
 
 
-def tma_fits(hw: int) -> bool:
+def tma_fits(hw: int, element_bytes: int = 4) -> bool:
     """A TMA descriptor of the input as [N, C, H·W] needs each channel's row to start 16-byte aligned."""
-    return hw % 4 == 0
+    return (hw * element_bytes) % 16 == 0
 
 
-def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
-    """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
-    take and what runs it instead."""
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
+              element_bytes: int = 4) -> LaunchPlan:
+    """The plan of a call whose tensors have `element_bytes` bytes an element (4, or 2: 16-bit, whose plan precision
+    is tf32_trunc: kernel_precision), or UnsupportedProblem (ConfigError for the configuration) naming what this kernel
+    does not take and what runs it instead."""
     other = "; implicit_gemm runs any convolution"
-    if precision != "tf32":
+    if element_bytes == 4 and precision != "tf32":
         raise UnsupportedProblem(f"nchw_1x1 runs precision tf32 only (it rounds the input to TF32 as cuDNN does), got "
                                  f"{precision!r}{other}")
     if (g.kh, g.kw) != (1, 1) or g.stride != (1, 1) or g.padding != (0, 0):
@@ -136,8 +143,8 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
                                  f"{g.n}{other}")
     check_meta(meta)
     hw = g.h * g.w
-    cx = dict(C=g.c, HW=hw, C_OUT=g.c_out, HAS_BIAS=has_bias, OUT_CL=out_cl, X_TMA=tma_fits(hw),
-              BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
+    cx = dict(C=g.c, HW=hw, C_OUT=g.c_out, HAS_BIAS=has_bias, OUT_CL=out_cl, X_TMA=tma_fits(hw, element_bytes),
+              ROUND=element_bytes == 4, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
               num_stages=meta.num_stages)
     grid = (triton.cdiv(hw, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N), g.n)
     return LaunchPlan(grid, (g.n, g.c_out, g.h, g.w), out_cl, cx, tuple(sorted(cx.items())))
@@ -147,8 +154,9 @@ _packed = WeightCache()  # the weight as [C_out, C_in], rounded to nearest TF32 
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """[C_out, C_in, 1, 1] → [C_out, C_in] contiguous, rounded to nearest TF32 with ties to even."""
-    return round_to_tf32_even(weight.reshape(weight.shape[0], weight.shape[1]))
+    """[C_out, C_in, 1, 1] → [C_out, C_in] contiguous, float32 rounded to nearest TF32 with ties to even."""
+    w = weight.reshape(weight.shape[0], weight.shape[1])
+    return round_to_tf32_even(w) if w.dtype is torch.float32 else w.contiguous()
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -166,11 +174,10 @@ class _Address:
     """A CUDA input's address as a TMA descriptor's base: all a launch reads of it (its data pointer, and its dtype
     when the descriptor is made), so that a cached descriptor keeps no tensor alive."""
 
-    __slots__ = ("ptr",)
-    dtype = torch.float32
+    __slots__ = ("ptr", "dtype")
 
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
+    def __init__(self, ptr: int, dtype: torch.dtype) -> None:
+        self.ptr, self.dtype = ptr, dtype
 
     def data_ptr(self) -> int:
         return self.ptr
@@ -191,12 +198,12 @@ def _x_arg(cx: dict, x: torch.Tensor) -> Any:
     c, hw, block = cx["C"], cx["HW"], [1, cx["BLOCK_K"], cx["BLOCK_M"]]
     if x.device.type != "cuda":  # the interpreter reads the tensor itself
         return TensorDescriptor.from_tensor(x.view(x.shape[0], c, hw), block)
-    key = (x.data_ptr(), x.shape[0], c, hw, block[1], block[2])
+    key = (x.data_ptr(), x.dtype, x.shape[0], c, hw, block[1], block[2])
     desc = _descriptors.get(key)
     if desc is None:
         if len(_descriptors) >= 64:
             _descriptors.clear()
-        desc = _descriptors[key] = TensorDescriptor(_Address(x.data_ptr()), [x.shape[0], c, hw], [c * hw, hw, 1],
+        desc = _descriptors[key] = TensorDescriptor(_Address(x.data_ptr(), x.dtype), [x.shape[0], c, hw], [c * hw, hw, 1],
                                                     block)
     return desc
 
@@ -236,7 +243,11 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (0, 0), (1, 1), "tf32")
 
 
-HOST = Host(without_input(make_plan), readable_input, run)
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size())
+
+
+HOST = Host(_plan, readable_input, run, dtypes=DTYPES)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -249,7 +260,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx])
-PREVIOUS_SOURCE_HASHES = ("3e258e020276",)
+PREVIOUS_SOURCE_HASHES = ("439865208f23", "3e258e020276")
 
 
 

@@ -120,12 +120,13 @@ def round_input(x: torch.Tensor, plan: "LaunchPlan") -> torch.Tensor:
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
-              weight_tma: bool = True, input_rounded: bool = False) -> LaunchPlan:
+              weight_tma: bool = True, input_rounded: bool = False, element_bytes: int = 4) -> LaunchPlan:
     """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
     H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
     best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
     resnet50_layer2_3x3 (0.076 against 0.069 ms). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
-    nearest TF32 already (round_input), so the kernel does not round its tiles."""
+    nearest TF32 already (round_input), so the kernel does not round its tiles. `element_bytes`: 4, or 2 for a
+    16-bit call."""
     m = g.n * g.oh * g.ow
     if m * g.c_out >= 2**31:
         raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
@@ -135,7 +136,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
               SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
               HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds and not input_rounded, OUT_CL=out_cl,
-              W_TMA=weight_tma and tma_fits(g.c), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+              W_TMA=weight_tma and tma_fits(g.c, element_bytes), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
               GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
     grid = (triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
     return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, input_rounded, cx,
@@ -164,11 +165,12 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 def _plan(input_rounded: bool) -> Any:
     return lambda x, g, has_bias, meta, precision, out_cl, weight_tma=True: make_plan(
-        g, has_bias, meta, precision, out_cl, weight_tma, input_rounded)
+        g, has_bias, meta, precision, out_cl, weight_tma, input_rounded, x.element_size())
 
 
 # `weight_tma` (make_plan) is a launch option: launch(..., weight_tma=False)
-HOST = Host(_plan(False), round_input, run, channels_last=True)
+DTYPES = ("float32", "bfloat16", "float16")
+HOST = Host(_plan(False), round_input, run, channels_last=True, dtypes=DTYPES)
 launch, prepared = HOST.launch, HOST.prepared
 # The `nhwc_preround` variant: the input rounded to nearest TF32 before the kernel (for `tf32`; any other precision
 # runs as nhwc_igemm does). Why a variant of its own: rounding the A tiles in the kernel sends them from shared memory
@@ -178,7 +180,7 @@ launch, prepared = HOST.launch, HOST.prepared
 # over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in the copy an NCHW
 # input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2 and
 # resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key.
-PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True)
+PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True, dtypes=DTYPES)
 launch_preround, prepared_preround = PREROUND_HOST.launch, PREROUND_HOST.prepared
 
 

@@ -53,6 +53,7 @@ FOLD_TILE = 4096
 # How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the
 # ResNet-50 stem: kernels/precision.py)
 TF32_TIES = "away"
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @triton.jit
@@ -209,13 +210,15 @@ class LaunchPlan:
     binary_key: tuple
 
 
-def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
+              element_bytes: int = 4) -> LaunchPlan:
+    """The plan for a call whose tensors have `element_bytes` bytes an element (4, or 2 for 16-bit ones)."""
     if g.dilation != (1, 1):
         raise UnsupportedProblem(f"fold_igemm takes dilation 1 only, got {list(g.dilation)}")
     sh, sw = g.stride
     khf, kwf = -(-g.kh // sh), -(-g.kw // sw)
     hf, wf = g.oh + khf - 1, g.ow + kwf - 1
-    cf = folded_channels(g.c, g.stride)
+    cf = folded_channels(g.c, g.stride, element_bytes)
     if g.n * hf * wf >= 2**31 or g.n * g.oh * g.ow * g.c_out >= 2**31 or hf * wf * cf >= 2**31:
         raise UnsupportedProblem(f"fold_igemm: {g.n * hf * wf} folded positions, {hf * wf * cf} folded elements an "
                                  f"image and {g.n * g.oh * g.ow * g.c_out} output elements; int32 indexing (and TMA's "
@@ -271,13 +274,13 @@ def fold(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     in_cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
     x = x if in_cl else x.contiguous()
     n, hf, wf, cf = plan.folded_shape
-    y = torch.empty((plan.rows + plan.taps[1] - 1) * cf, device=x.device, dtype=torch.float32)
+    y = torch.empty((plan.rows + plan.taps[1] - 1) * cf, device=x.device, dtype=x.dtype)
     cx = plan.fold_constexprs
     if "WB" in cx:  # the tiled fold (fold_tiling)
         kernel, grid, warps = _fold_rows_kernel, (hf * triton.cdiv(wf, cx["WB"]), n), 8
     else:
         kernel, grid, warps = _fold_kernel, (triton.cdiv(hf * wf * cf, FOLD_BLOCK), n), 4
-    key = ("fold", grid, tuple(sorted(cx.items())), in_cl, x.get_device(), x.data_ptr() & 15)
+    key = ("fold", grid, tuple(sorted(cx.items())), in_cl, x.get_device(), x.dtype, x.data_ptr() & 15)
     bound = _fold_bound.get(key)
     if bound is not None:
         bound(x, y)
@@ -349,7 +352,7 @@ def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional
     cx = plan.constexprs
     fx = plan.fold_constexprs
     gen = torch.Generator(device=out.device).manual_seed(20261122)
-    xs = torch.rand((1, fx["C"], fx["H"], fx["W"]), generator=gen, device=out.device) * 2 - 1
+    xs = (torch.rand((1, fx["C"], fx["H"], fx["W"]), generator=gen, device=out.device) * 2 - 1).to(weight.dtype)
     ws = aligned_random(tuple(weight.shape), weight, gen)
     bs = aligned_random(tuple(bias.shape), bias, gen) if bias is not None else None
     one = replace(plan, grid=(plan.grid[0] // plan.out_shape[0],), out_shape=(1,) + plan.out_shape[1:],
@@ -363,7 +366,11 @@ def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional
     return agrees(outs, xs, ws, bs, plan.stride, (fx["PH"], fx["PW"]), (1, 1), cx["PRECISION"])
 
 
-HOST = Host(without_input(make_plan), lambda x, plan: x, run)  # the fold reads any layout (fold)
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size())
+
+
+HOST = Host(_plan, lambda x, plan: x, run, dtypes=DTYPES)  # the fold reads any layout (fold)
 launch, prepared = HOST.launch, HOST.prepared
 
 
