@@ -3,7 +3,7 @@ models (random weights, no download), eval forwards, TF32 as torch's default, in
 the median per-turn ratio and its 95 % bootstrap interval).
 
     python benchmarks/compiled_models.py [--models resnet50:32,resnet18:128,vgg16:32,alexnet:256] [--turns 40]
-        [--layout nchw|channels_last] [--first-use] [--eager-pins-in-graph] [--append]
+        [--layout nchw|channels_last] [--autocast bfloat16|float16] [--first-use] [--eager-pins-in-graph] [--append]
 
 Rows per model: eager torch, eager convert(model), torch.compile(model), torch.compile(convert(model)) as the library
 decides compiled calls (a "+compiled" pin, else aten's convolution in the graph). The pins are what the library reads
@@ -11,7 +11,9 @@ here: the packaged pins and this GPU's overlay (--first-use: a fresh overlay and
 run in convert's example forward). --eager-pins-in-graph adds two rows that put the eager pins' kernels into the
 compiled graph: "kernels only" (those layers as convtune's operator, the rest aten's) and "operator everywhere" (every
 convolution as convtune's operator, cuDNN inside it where the pin says torch), which is how a compiled graph held
-the library before its calls were decided in context. --append writes the rows to benchmarks/results/compiled_models.csv.
+the library before its calls were decided in context. --autocast runs every forward (convert's example one too) under
+torch.autocast in that dtype: the float32 models as users run them in half precision. --append writes the rows to
+benchmarks/results/compiled_models.csv (with --autocast, to a file of its own beside it, named for autocast).
 """
 
 from __future__ import annotations
@@ -34,10 +36,17 @@ from convtune.library import dispatch, functional
 from convtune.measure import ab
 
 
+AUTOCAST: Any = None  # --autocast: the torch dtype every forward runs under torch.autocast in
+
+
+def autocast() -> Any:
+    return torch.autocast("cuda", dtype=AUTOCAST) if AUTOCAST is not None else contextlib.nullcontext()
+
+
 def step_of(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Callable[[], float]:
     def step() -> float:
         t0 = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             fn(x)
         torch.cuda.synchronize()
         return time.perf_counter() - t0
@@ -74,7 +83,8 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
         base, x = base.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
     ours = copy.deepcopy(base)
     t0 = time.perf_counter()
-    report = convtune.nn.convert(ours, example_input=x)
+    with autocast():
+        report = convtune.nn.convert(ours, example_input=x)
     print(f"\n## {name} b{batch} {args.layout}: convert {time.perf_counter() - t0:.1f} s", flush=True)
     on_kernel = [s for s in report if s.decided.get("eager") not in (None, pins.TORCH)]
     in_graph = [s for s in report if s.decided.get("compiled") not in (None, pins.TORCH)]
@@ -103,7 +113,8 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
     for config in configs:
         peer = "compiled torch" if config.startswith("compiled") else "eager torch"
         r = ab.ratio(times, config, peer) if config != peer else None
-        row = {"model": name, "batch": batch, "layout": args.layout, "config": config,
+        row = {"model": name, "batch": batch, "layout": args.layout,
+               **({"autocast": args.autocast} if args.autocast else {}), "config": config,
                "pins": "first use" if args.first_use else "CONVTUNE_PINS" if os.environ.get("CONVTUNE_PINS") else
                "packaged", "layers_on_kernel": len(
                    in_graph if config == "compiled convert" else on_kernel if config != peer else []),
@@ -124,6 +135,8 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--layout", choices=["nchw", "channels_last"], default="nchw")
+    ap.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                    help="every forward under torch.autocast in this dtype")
     ap.add_argument("--first-use", action="store_true", help="a fresh overlay, with tuning on first use")
     ap.add_argument("--eager-pins-in-graph", action="store_true", help="also the eager pins' kernels in the graph")
     ap.add_argument("--append", action="store_true", help="append the rows to results/compiled_models.csv")
@@ -134,8 +147,10 @@ def main() -> int:
     if args.first_use:
         os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-overlay-")
         convtune.tune_on_first_use(True)
+    global AUTOCAST
+    AUTOCAST = getattr(torch, args.autocast) if args.autocast else None
     gpu = torch.cuda.get_device_name()
-    print(f"{gpu}, torch {torch.__version__}", flush=True)
+    print(f"{gpu}, torch {torch.__version__}" + (f", autocast {args.autocast}" if args.autocast else ""), flush=True)
     rows = []
     for spec in args.models.split(","):
         name, _, batch = spec.partition(":")
@@ -144,7 +159,8 @@ def main() -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from results import append
 
-        print(append("compiled_models", rows, gpu=gpu, command="python " + " ".join(sys.argv)))
+        print(append("autocast_models" if args.autocast else "compiled_models", rows, gpu=gpu,
+                     command="python " + " ".join(sys.argv)))
     return 0
 
 

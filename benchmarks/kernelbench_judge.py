@@ -58,13 +58,16 @@ def main() -> int:
     ap.add_argument("--ref", type=Path, required=True, help="the problem's reference file (Model, get_inputs)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--perf-trials", type=int, default=100)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="KernelBench's precision: inputs and both models cast to it, its tolerance for it")
     ap.add_argument("custom", type=Path)
     a = ap.parse_args()
     ev = load_eval(a.kb)
+    precision = ev.get_torch_dtype_from_string(a.precision)
     with tempfile.TemporaryDirectory() as build:
         result = ev.eval_kernel_against_ref(a.ref.read_text(), a.custom.read_text(), num_correct_trials=a.trials,
                                             num_perf_trials=a.perf_trials, measure_performance=True, backend="triton",
-                                            build_dir=build, verbose=False)
+                                            build_dir=build, verbose=False, precision=precision)
     data = result.model_dump() if hasattr(result, "model_dump") else dict(result)
     print(json.dumps(data, indent=1, default=str))
     print(verdict(data))

@@ -182,3 +182,45 @@ def test_a_sweep_over_dtype_records_each_dtype_and_the_summary_names_it(run_cli,
     assert children["float16"].data.tags["problem_key"].endswith("-float16")
     assert all(x.data.tags["status"] == "ok" for x in children.values())
     assert "| float16 BLOCK_M=" in r.stdout and "| float32 BLOCK_M=" in r.stdout
+
+
+EXPORTED_HALF_CHECK = (
+    "import importlib.util, sys, torch\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "ref = torch.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1)).half()\n"
+    "x = torch.rand(2, 3, 19, 17).half()\n"
+    "y = m.conv2d_triton(x, ref.weight.detach(), ref.bias.detach())\n"  # the Triton kernels (interpreter)
+    "assert y.dtype == torch.float16, y.dtype\n"
+    "torch.testing.assert_close(y, ref(x), rtol=1e-2, atol=1e-2)\n"
+    "print('ok')\n")
+
+
+@pytest.mark.parametrize("kernel", ["implicit_gemm", "fold_igemm"])
+def test_export_of_a_float16_problem_writes_a_file_that_computes_in_float16(capsys, tmp_path, store, kernel):
+    import os
+    import sys
+
+    from tests import preloaded
+    from convtune.tune.export import run_export
+
+    out = tmp_path / "model_new.py"
+    assert run_export(compose("problem=tiny", "dtype=float16", f"tracking.uri={store}",
+                              f"pins_file={tmp_path / 'pins.yaml'}", "export=kernelbench", f"kernel={kernel}",
+                              f"export_path={out}")) == 0
+    assert f"tiny, {kernel} " in capsys.readouterr().out
+    text = out.read_text()
+    assert "# float16 tensors (KernelBench's precision=fp16)" in text and 'PRECISION, ROUND = "tf32", False' in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    env["TRITON_INTERPRET"] = "1"
+    r = preloaded.run([sys.executable, "-c", EXPORTED_HALF_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_export_refuses_a_dtype_its_kernel_does_not_take(capsys, tmp_path, store):
+    from convtune.tune.export import run_export
+
+    assert run_export(compose("problem=kernelbench_l1_50", "dtype=bfloat16", f"tracking.uri={store}",
+                              f"pins_file={tmp_path / 'pins.yaml'}", "export=kernelbench", "kernel=fused_gluon",
+                              f"export_path={tmp_path / 'x.py'}")) == 1
+    assert capsys.readouterr().out.strip() == "error: fused_gluon takes float32, not bfloat16: nothing exported"

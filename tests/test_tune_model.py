@@ -111,6 +111,25 @@ def test_each_shape_is_swept_and_promoted_under_the_models_run_and_a_rerun_goes_
 
 
 @pytest.mark.slow
+def test_autocast_tunes_the_calls_autocast_makes_in_its_dtype(tmp_path, store):
+    """autocast=true dtype=float16 (the interpreter's 16-bit dtype): the float32 model runs under torch.autocast, its
+    convolutions are float16 calls, swept, promoted and keyed as float16 problems."""
+    r = tune_model(tmp_path, store, "autocast=true", "dtype=float16", "shapes=1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    key = KEYS[0].replace("-float32/", "-float16/")
+    assert "b1 nchw eval float16 autocast · interpreter" in r.stdout and f"[1/1] {key} (2 layer(s): 2, 4): " in r.stdout
+    c = MlflowClient(store)
+    (exp,) = [e for e in c.search_experiments() if e.name == "tune_model tests.tiny_models:two_shapes [interpreter]"]
+    runs = c.search_runs([exp.experiment_id])
+    (model_run,) = [x for x in runs if x.data.tags.get("kind") == "tune_model"]
+    assert (model_run.data.params["dtype"], model_run.data.params["autocast"]) == ("float16", "True")
+    assert list(k for k in model_run.data.tags if k.startswith("done/")) == [f"done/{key}"]
+    measured = [x for x in runs if "problem.dtype" in x.data.params]
+    assert measured and {x.data.params["problem.dtype"] for x in measured} == {"float16"}
+    assert {x.data.params["precision"] for x in measured} == {"tf32"}
+
+
+@pytest.mark.slow
 def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
     """Ctrl-C at a terminal reaches tune_model.py and the shape's run.py alike (one process group): the job's run,
     the shape's sweep and the model's run all end KILLED, and tune_model.py exits 130."""
@@ -163,7 +182,9 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
                                 ([], "input=None is not allowed: one sample's shape [C, H, W]: "
                                      "tests.tiny_models:two_shapes is not a torchvision model"),
                                 (["input=[3,6,6]", "device=auto"], "device='auto' is not allowed: cuda, on a CUDA GPU"),
-                (["input=[3,6,6]", "compile=true", "train=true"], "compile=True is not allowed: false with train=true")):
+                (["input=[3,6,6]", "compile=true", "train=true"], "compile=True is not allowed: false with train=true"),
+                (["input=[3,6,6]", "autocast=true", "dtype=float32"],
+                 "dtype='float32' is not allowed: bfloat16 or float16 with autocast=true")):
             with pytest.raises(ConfigError, match=None) as e:
                 run_tune_model(cfg(*overrides), ROOT, tmp_path / "out")
             assert says in str(e.value), (overrides, str(e.value))

@@ -170,7 +170,9 @@ class TuneModelConfig:
     layout: Layout = Layout.nchw  # the input's and the model's memory format
     train: bool = False  # decide the calls that record gradients, from SGD train steps (else eval forwards)
     compile: bool = False  # decide the calls inside torch.compile, from compiled eval forwards ("+compiled" pins)
-    precision: Precision = Precision.tf32
+    autocast: bool = False  # run the float32 model under torch.autocast (in `dtype`, bfloat16 by default), as users do
+    dtype: Optional[Dtype] = None  # the model's (or autocast's) dtype; null = float32, or bfloat16 with autocast
+    precision: Precision = Precision.tf32  # float32's math mode
     device: DeviceChoice = DeviceChoice.auto  # auto: the GPU (needed: pins are per GPU); interpreter: a CPU dry run
     shapes: Optional[int] = None  # tune only the N shapes with the most FLOPs per model call; null = all
     turns: int = 200  # end to end: turns of interleaved steps (each configuration once a turn)

@@ -98,6 +98,8 @@ class Param:
     LAYOUT = "layout"
     TRAIN = "train"
     COMPILE = "compile"
+    DTYPE = "dtype"  # the dtype its convolutions compute in
+    AUTOCAST = "autocast"
     SHAPES = "shapes"
     TURNS = "turns"
     PINS_FILE = "pins_file"

@@ -27,11 +27,14 @@ def rounding_source() -> str:
 def pinned_block(m: dict, precision: str, provenance: str, p: Any) -> str:
     from convtune.kernels import precision as prec
 
+    precision = prec.kernel_precision(precision, p.dtype)  # a 16-bit problem: its operands as they are
     rule = "operands rounded to nearest TF32, as cuDNN rounds" if prec.rounds_operands(precision) else "as tl.dot does it"
+    what = (f"{p.dtype} tensors (KernelBench's precision={ {'bfloat16': 'bf16', 'float16': 'fp16'}[p.dtype]}): their "
+            "16-bit MMA, float32 sums" if p.dtype != "float32" else f"precision {precision}: {rule}")
     return f'''
 # Pinned configuration ({provenance}); no autotuning.
 BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = {m["BLOCK_M"]}, {m["BLOCK_N"]}, {m["BLOCK_K"]}, {m["num_warps"]}, {m["num_stages"]}
-# precision {precision}: {rule}
+# {what}
 PRECISION, ROUND = "{prec.dot_precision(precision)}", {prec.rounds_operands(precision)}
 STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dilation)}
 '''

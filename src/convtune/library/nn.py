@@ -18,6 +18,7 @@ from convtune.library import dispatch
 from convtune.library.call_key import default_precision
 from convtune.library.functional import conv2d, decision
 from convtune.pins import TORCH
+from convtune.kernels.conv_args import dtype_name
 from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
 
@@ -228,20 +229,22 @@ def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[Conv
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        m.bias is not None, init="randn", layout=call_key.call_layout(x, m.weight))
+                        m.bias is not None, dtype=dtype_name(x), init="randn", layout=call_key.call_layout(x, m.weight))
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 
 
 def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[str, torch.nn.Module]]) -> dict[str, torch.Tensor]:
-    """The input each of `layers` gets in one forward of `example_input`, run without gradients in eval mode
+    """The input each of `layers` computes with (under torch.autocast, in its dtype) in one forward of
+    `example_input`, run without gradients in eval mode
     (a train-mode forward moves BatchNorm's running statistics: on the H200 a converted ResNet-50 then gave
     other outputs, rel L2 0.94); the model's train/eval flags are restored."""
     seen: dict[str, torch.Tensor] = {}
 
     def keep(name: str) -> Any:
         def hook(m: torch.nn.Module, args: tuple[Any, ...]) -> None:  # None: the input goes on unchanged
-            seen.setdefault(name, args[0])
+            if name not in seen:  # the input as the convolution computes with it (under autocast: cast)
+                seen[name] = call_key.autocast_args(args[0], m.weight, None)[0]
         return hook
     hooks = [m.register_forward_pre_hook(keep(name)) for name, m in layers]
     modes = {m: m.training for m in model.modules()}

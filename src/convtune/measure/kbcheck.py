@@ -2,7 +2,9 @@
 the reference `Model` and the file's `ModelNew` built right after the same seed (so their parameters agree
 only if ModelNew creates them in nn.Conv2d's order), several trials on fresh `torch.rand` inputs, each
 compared with `torch.allclose(reference, new, atol=1e-4, rtol=1e-4)` with torch at its defaults (cuDNN,
-TF32 on for convolutions), then both timed with the L2 cache flushed before every call. GPU only.
+TF32 on for convolutions), then both timed with the L2 cache flushed before every call. GPU only. A bfloat16 or
+float16 problem is checked as KernelBench's precision=bf16/fp16 checks it: inputs and both models cast to the dtype,
+allclose at atol = rtol = 1e-2.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import torch
 
 from convtune.measure import bench
-from convtune.measure.correctness import KB_ATOL, KB_RTOL
+from convtune.kernels.conv_args import TORCH_DTYPES
+from convtune.measure.correctness import KB_ATOL, KB_HALF_TOLERANCE
 from convtune.problem import ConvProblem
 
 
@@ -23,6 +26,7 @@ class KernelBenchVerdict:
     path: Path
     trials: int
     passed: int
+    tolerance: float = KB_ATOL
     max_abs_diff: list[float] = field(default_factory=list)
     ref_ms: float = float("nan")
     new_ms: float = float("nan")
@@ -37,7 +41,7 @@ class KernelBenchVerdict:
             return f"KernelBench-style check of {self.path}: FAILED to run: {self.error}"
         diffs = ", ".join(f"{d:.2g}" for d in self.max_abs_diff)
         head = (f"KernelBench-style check of {self.path}: {self.passed}/{self.trials} trials correct "
-                f"(allclose atol=rtol=1e-4; max |diff| per trial: {diffs})")
+                f"(allclose atol=rtol={self.tolerance:g}; max |diff| per trial: {diffs})")
         if not self.correct:
             return head + " → INCORRECT"
         return head + f"\ntiming (L2 flushed, median): Model {self.ref_ms:.4f} ms, ModelNew {self.new_ms:.4f} ms, " \
@@ -64,22 +68,23 @@ def load_model_new(path: Path) -> type:
 
 
 def check_file(path: Path, p: ConvProblem, trials: int = 5, seed: int = 42) -> KernelBenchVerdict:
-    verdict = KernelBenchVerdict(path, trials, 0)
+    dtype = TORCH_DTYPES[p.dtype]
+    verdict = KernelBenchVerdict(path, trials, 0, KB_ATOL if p.dtype == "float32" else KB_HALF_TOLERANCE)
     dev = torch.device("cuda")
     try:
         model_new_cls = load_model_new(path)
         torch.manual_seed(seed)
-        ref = _Reference(p).to(dev)
+        ref = _Reference(p).to(device=dev, dtype=dtype)
         torch.manual_seed(seed)
-        new = model_new_cls().to(dev)
+        new = model_new_cls().to(device=dev, dtype=dtype)
         with torch.no_grad():
             for t in range(trials):
                 torch.manual_seed(seed + 1 + t)
-                x = torch.rand(p.input_shape).to(dev)  # KernelBench's get_inputs: torch.rand on the host
+                x = torch.rand(p.input_shape).to(device=dev, dtype=dtype)  # KernelBench's get_inputs: torch.rand
                 want, got = ref(x), new(x)
                 torch.cuda.synchronize()
-                verdict.max_abs_diff.append(float((want - got).abs().max()))
-                verdict.passed += bool(torch.allclose(want, got, atol=KB_ATOL, rtol=KB_RTOL))
+                verdict.max_abs_diff.append(float((want.float() - got.float()).abs().max()))
+                verdict.passed += bool(torch.allclose(want, got, atol=verdict.tolerance, rtol=verdict.tolerance))
             if verdict.correct:
                 settings = bench.TimingSettings(rounds=5, reps=20, warmup=3)
                 verdict.ref_ms = bench.time_gpu(lambda: ref(x), settings, dev).median_ms

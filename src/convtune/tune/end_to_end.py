@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from convtune.config import enum_value
 from convtune.problem import ConvProblem
 from convtune.record import Metric
 
@@ -31,6 +32,23 @@ class Shape:
     def flops(self) -> int:
         """Per model call: the shape's FLOPs times the layers that run it."""
         return self.problem.flops * len(self.layers)
+
+
+def model_dtype(cfg: DictConfig) -> str:
+    """The dtype the model's convolutions compute in: `dtype`, else bfloat16 under autocast=true, else float32."""
+    return enum_value(cfg.dtype) or ("bfloat16" if cfg.autocast else "float32")
+
+
+def autocasting(cfg: DictConfig, x: Any) -> Any:
+    """torch.autocast in the model's dtype on x's device for autocast=true, else a context that does nothing."""
+    import contextlib
+
+    import torch
+
+    from convtune.kernels.conv_args import TORCH_DTYPES
+
+    return torch.autocast(x.device.type, dtype=TORCH_DTYPES[model_dtype(cfg)]) if cfg.autocast else \
+        contextlib.nullcontext()
 
 
 def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precision: str, gpu: str,
@@ -56,12 +74,13 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     trial = context != "eager" and not cfg.measure_only
     switch = dispatch.forward_pins_in_training if cfg.train else dispatch.eager_pins_in_compile
     with switch() if trial else contextlib.nullcontext():
-        report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: the classes take turns
+        with autocasting(cfg, x):  # autocast=true: the calls convert decides are the autocast dtype's
+            report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: classes take turns
         on_kernel = {sw.name for sw in report if sw.decided.get(context, pins.TORCH) != pins.TORCH}
         ran = {sw.name: sw.decided[context] for sw in report if sw.name in on_kernel}
         convs = [(name, m) for name, m in model.named_modules() if isinstance(m, Ours)]
         kernel_shapes = [s for s in shapes if set(s.layers) & on_kernel]
-        steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs)
+        steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs, lambda: autocasting(cfg, x))
         configs = {"torch": steps(set()), "converted": steps(on_kernel)}
         for s in kernel_shapes:
             configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
@@ -96,7 +115,7 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     final = "converted"
     if dropped or (trial and kernel_shapes):  # the library as it now runs: its context's pins, outside the trial
         dispatch.forget()
-        steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs)
+        steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs, lambda: autocasting(cfg, x))
         times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
         rows.append(_row("final", times, "torch", len(convs), len(kept),
                          f"{len(dropped)} shape(s) handed to torch" if dropped else "as the library now runs it"))
@@ -125,9 +144,11 @@ def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, o
     return f"| {name} | {ms:.3f} | {r} | {1 / r.median:.3f}x | {ours} of {layers} | {note} |"
 
 
-def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]]) -> Callable[[set[str]], Callable[[], float]]:
+def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
+           autocast: Callable[[], Any]) -> Callable[[set[str]], Callable[[], float]]:
     """A maker of step functions: for a set of layer names on convtune's kernel, one model step (an eval forward,
-    or an SGD step on the output's mean) with those layers convtune.nn.Conv2d and the rest torch.nn.Conv2d, timed on
+    or an SGD step on the output's mean; its forward within `autocast()`) with those layers convtune.nn.Conv2d and the
+    rest torch.nn.Conv2d, timed on
     the host up to a synchronize (what a loop waits for). One module and one optimizer for all: the same
     parameters and tensors, so the layers' classes are the one difference."""
     import torch
@@ -147,11 +168,12 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]]) -> Cal
             t0 = time.perf_counter()
             if train:
                 opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-                out = model(x)
+                with autocast():
+                    out = model(x)
                 (out if isinstance(out, torch.Tensor) else out[0]).float().mean().backward()
                 opt.step()  # type: ignore[union-attr]
             else:
-                with torch.no_grad():
+                with torch.no_grad(), autocast():
                     model(x)
             sync()
             return time.perf_counter() - t0
@@ -159,8 +181,8 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]]) -> Cal
     return make
 
 
-def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]]) -> Callable[[set[str]],
-                                                                                                 Callable[[], float]]:
+def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
+                    autocast: Callable[[], Any]) -> Callable[[set[str]], Callable[[], float]]:
     """_steps for compile=true: for a set of layer names on convtune's kernel, an eval forward of a copy of the model
     with those layers convtune.nn.Conv2d, compiled by torch.compile (the default backend and mode; aot_eager under the
     interpreter, a dry run) and run once to compile it before it is timed. A copy a configuration: a compiled graph is
@@ -191,7 +213,7 @@ def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]
 
         def step() -> float:
             t0 = time.perf_counter()
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 compiled(x)
             sync()
             return time.perf_counter() - t0

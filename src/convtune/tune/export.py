@@ -48,6 +48,8 @@ def run_export(cfg: DictConfig) -> int:
     p, meta, source, precision = setup.problem, setup.configured_meta, setup.configured_source, setup.precision
     refuses = setup.variant.refuses
     refused = refuses(p, meta, precision) if refuses is not None else None
+    if not setup.variant.takes_dtype(p.dtype):
+        refused = f"{setup.kernel_name} takes {' and '.join(setup.variant.dtypes)}, not {p.dtype}"
     if refused:
         print(f"error: {refused}: nothing exported")
         return 1
@@ -55,7 +57,8 @@ def run_export(cfg: DictConfig) -> int:
     out = out if out.is_absolute() else setup.cwd / out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_kernelbench(p, meta, precision, f"{source}; {meta.short()}", setup.kernel_name))
-    print(f"wrote {out}: {p.name}, {setup.kernel_name} {meta.label()} ({source}), precision {precision}")
+    print(f"wrote {out}: {p.name}, {setup.kernel_name} {meta.label()} ({source}), "
+          + (f"precision {precision}" if p.dtype == "float32" else p.dtype))
     if setup.interpreted:
         print("not checked: no GPU here (on a GPU the file is checked as KernelBench checks it)")
         return 0

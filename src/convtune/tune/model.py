@@ -35,10 +35,10 @@ from omegaconf import DictConfig
 
 from convtune import interrupts
 from convtune.errors import ConfigError
-from convtune.problem import ConvProblem
+from convtune.problem import ConvProblem, for_dtype
 from convtune.record import Param, Status, Tag
 from convtune.config import enum_value
-from convtune.tune.end_to_end import Shape, end_to_end
+from convtune.tune.end_to_end import Shape, autocasting, end_to_end, model_dtype
 
 KIND = "tune_model"  # the model run's Tag.KIND
 TORCHVISION_INPUT = (3, 224, 224)
@@ -52,10 +52,12 @@ def validate(cfg: DictConfig) -> None:
               ("input", cfg.input is None or (len(cfg.input) == 3 and min(cfg.input) >= 1),
                "null or one sample's shape [C, H, W]"),
               ("compile", not (cfg.compile and cfg.train), "false with train=true (compiled training calls run torch: "
-               "no pin is measured there)"))
+               "no pin is measured there)"),
+              ("dtype", not (cfg.autocast and enum_value(cfg.dtype) == "float32"), "bfloat16 or float16 with "
+               "autocast=true (autocast computes convolutions in one of those), or null (bfloat16)"))
     for key, ok, allowed in checks:
         if not ok:
-            raise ConfigError(key, cfg[key], allowed)
+            raise ConfigError(key, enum_value(cfg[key]), allowed)
 
 
 def load_model(spec: str) -> tuple[Any, Optional[tuple[int, ...]]]:
@@ -99,13 +101,16 @@ def _said(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
 
 
-def distinct_shapes(model: Any, x: Any) -> list[Shape]:
-    """The model's distinct convolution calls on `x` that convtune's kernels can take, most FLOPs first. A model that
-    cannot run `x` (an input= that does not fit it) is a ConfigError in one line."""
+def distinct_shapes(model: Any, x: Any, autocast: Any = None) -> list[Shape]:
+    """The model's distinct convolution calls on `x` (within `autocast`, a context) that convtune's kernels can take,
+    most FLOPs first. A model that cannot run `x` (an input= that does not fit it) is a ConfigError in one line."""
+    import contextlib
+
     from convtune.library.nn import problems
 
     try:
-        found = [Shape(p, layers) for p, layers in problems(model, x).values()]
+        with autocast or contextlib.nullcontext():
+            found = [Shape(p, layers) for p, layers in problems(model, x).values()]
     except Exception as e:  # noqa: BLE001 - the user's model on the user's input shape
         raise ConfigError("input", list(x.shape[1:]), f"one sample's shape [C, H, W] that the model takes; a batch "
                                                       f"of {list(x.shape)} raised {_said(e)}") from None
@@ -121,7 +126,7 @@ def shape_overrides(p: ConvProblem, name: str) -> list[str]:
             f"problem.kernel_w={p.kernel_w}",
             f"problem.stride={pair(p.stride)}", f"problem.padding={pair(p.padding)}",
             f"problem.dilation={pair(p.dilation)}", f"problem.bias={str(p.bias).lower()}", f"problem.init={p.init}",
-            f"problem.layout={p.layout}"]
+            f"problem.layout={p.layout}", f"problem.dtype={p.dtype}"]
 
 
 def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
@@ -144,7 +149,8 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
 
     interpreted = device == INTERPRETER
     gpu = INTERPRETER if interpreted else torch.cuda.get_device_name()
-    precision, layout = enum_value(cfg.precision), enum_value(cfg.layout)
+    dtype, layout = model_dtype(cfg), enum_value(cfg.layout)
+    precision = for_dtype(enum_value(cfg.precision), dtype)  # what the pins of its calls are keyed by
     target = Path(cfg.pins_file).expanduser().resolve() if cfg.pins_file else overlay.path_for(gpu)
     if target is None:
         raise ConfigError("pins_file", None, f"a path: the per-user overlay is off ({overlay.ENV}=off)")
@@ -158,9 +164,13 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     torch.manual_seed(0)
     model = model.to(dev)
     x = torch.randn(cfg.batch, *sample, device=dev)
+    if dtype != "float32" and not cfg.autocast:  # the model in half precision, weights and input
+        from convtune.kernels.conv_args import TORCH_DTYPES
+
+        model, x = model.to(TORCH_DTYPES[dtype]), x.to(TORCH_DTYPES[dtype])
     if layout == "channels_last":
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    shapes = distinct_shapes(model, x)
+    shapes = distinct_shapes(model, x, autocasting(cfg, x))
     chosen = [] if cfg.measure_only else shapes[: cfg.shapes] if cfg.shapes else shapes
     if target != overlay.path_for(gpu):  # the library in this process reads what promote writes
         pins.create_empty(target)  # the library refuses a CONVTUNE_PINS that names no file
@@ -171,8 +181,9 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     say_reaped(tracker.reap_orphans())
     experiment = cfg.tracking.experiment or f"{KIND} {cfg.model}"
     mode = "train" if cfg.train else "eval compiled" if cfg.compile else "eval"
-    identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {precision} · {gpu}" + (" · measured" if cfg.measure_only
-                                                                                  else "")
+    numbers = precision if dtype == "float32" else f"{dtype}{' autocast' if cfg.autocast else ''}"
+    identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {numbers} · {gpu}" + (" · measured" if cfg.measure_only
+                                                                                else "")
     with interrupts.deferred():  # the run is never open without the cleanup that closes it on an interrupt
         run_id, done = _model_run(tracker, experiment_name(cfg, experiment, device), identity, cfg, target)
         on_kill = interrupts.on_interrupt(lambda sig: _close(tracker, run_id, sig))
@@ -288,6 +299,7 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
                                                        Tag.STATUS: Status.RUNNING, **git_tags()})
     tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: enum_value(cfg.layout),
                                 Param.TRAIN: cfg.train, Param.COMPILE: cfg.compile, Param.PRECISION: enum_value(cfg.precision),
+                                Param.DTYPE: model_dtype(cfg), Param.AUTOCAST: cfg.autocast,
                                 Param.SHAPES: cfg.shapes, Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
     return run_id, done if not cfg.measure_only else {}
 

@@ -316,7 +316,7 @@ def conv2d_triton(x, weight, bias, packed=None):
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
     ow = (w + 2 * PADDING[1] - DILATION[1] * (kw - 1) - 1) // STRIDE[1] + 1
-    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=x.dtype)
     vec = choose_vec(x, w, STRIDE[1], DILATION[1], "{precision}")
     wp, kwp, j0 = packed if packed is not None else pack_weight(weight, PADDING[1], vec, ROUND)
     grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))

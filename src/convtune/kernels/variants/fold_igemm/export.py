@@ -16,20 +16,20 @@ def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
     wrapper = pinned_block(m, precision, provenance, p) + f'''FOLD_BLOCK, FOLD_TILE = {fi.FOLD_BLOCK}, {fi.FOLD_TILE}
 
 
-def fold_geometry(x_shape, w_shape):
+def fold_geometry(x_shape, w_shape, element_bytes=4):
     """(OH, OW, KHF, KWF, HF, WF, CF, ROW_PAD) of the stride-1 convolution over the input folded by the stride."""
     n, c, h, w = x_shape
     c_out, _, kh, kw = w_shape
     oh = (h + 2 * PADDING[0] - kh) // STRIDE[0] + 1
     ow = (w + 2 * PADDING[1] - kw) // STRIDE[1] + 1
     khf, kwf = -(-kh // STRIDE[0]), -(-kw // STRIDE[1])
-    cf = folded_channels(c, STRIDE)
+    cf = folded_channels(c, STRIDE, element_bytes)
     return oh, ow, khf, kwf, oh + khf - 1, ow + kwf - 1, cf, -(-kwf * cf // BLOCK_K) * BLOCK_K
 
 
 def pack_weight(weight, x_shape):
     """The folded weight [C_out, KHF·ROW_PAD] (fold_weight), rounded to nearest TF32 for tf32."""
-    _, _, khf, kwf, _, _, cf, row_pad = fold_geometry(x_shape, weight.shape)
+    _, _, khf, kwf, _, _, cf, row_pad = fold_geometry(x_shape, weight.shape, weight.element_size())
     wp = fold_weight(weight, STRIDE, (khf, kwf), cf, row_pad)
     return round_to_tf32(wp) if ROUND else wp
 
@@ -39,11 +39,11 @@ def conv2d_triton(x, weight, bias, packed=None):
     `packed`: pack_weight's result for this weight, made here when not given."""
     n, c, h, w = x.shape
     c_out = weight.shape[0]
-    oh, ow, khf, kwf, hf, wf, cf, row_pad = fold_geometry(x.shape, weight.shape)
+    oh, ow, khf, kwf, hf, wf, cf, row_pad = fold_geometry(x.shape, weight.shape, x.element_size())
     in_cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
     x = x if in_cl else x.contiguous()
     rows = folded_rows(n * hf * wf)
-    xf = torch.empty((rows + kwf - 1) * cf, device=x.device, dtype=torch.float32)
+    xf = torch.empty((rows + kwf - 1) * cf, device=x.device, dtype=x.dtype)
     fold_args = dict(C=c, H=h, W=w, IN_CL=in_cl, SH=STRIDE[0], SW=STRIDE[1], PH=PADDING[0], PW=PADDING[1], HF=hf, WF=wf,
                      CF=cf, ROUND=ROUND)
     tiling = fold_tiling(cf, STRIDE, wf)
@@ -60,7 +60,7 @@ def conv2d_triton(x, weight, bias, packed=None):
         w2 = TensorDescriptor.from_tensor(wp, [BLOCK_N // 4, BLOCK_K])
     else:
         w1 = w2 = TensorDescriptor.from_tensor(wp, [BLOCK_N, BLOCK_K])
-    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=x.dtype)
     columns = BLOCK_N * 3 // 4 if split else BLOCK_N
     grid = (n * triton.cdiv(oh * wf, BLOCK_M) * triton.cdiv(c_out, columns),)
     _conv2d_fold_kernel[grid](
