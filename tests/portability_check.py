@@ -24,6 +24,9 @@ from convtune.kernels import VARIANTS  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 
+TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32"}  # Triton's names
+
+
 def signature(fn, args, kwargs):
     """Triton's signature, constexprs and options of one recorded launch."""
     values = {**dict(zip(fn.arg_names, args)), **{k: v for k, v in kwargs.items() if k in fn.arg_names}}
@@ -34,9 +37,9 @@ def signature(fn, args, kwargs):
         if param.is_constexpr:
             sig[name], constexprs[name] = "constexpr", v
         elif isinstance(v, torch.Tensor):
-            sig[name] = {torch.float32: "*fp32", torch.int32: "*i32"}[v.dtype]
+            sig[name] = "*" + TYPES[v.dtype]
         elif isinstance(v, TensorDescriptor):
-            sig[name] = f"tensordesc<fp32{list(v.block_shape)}>"
+            sig[name] = f"tensordesc<{TYPES[v.base.dtype]}{list(v.block_shape)}>"
         elif isinstance(v, int) and not isinstance(v, bool):
             sig[name] = "i32" if abs(v) < 2**31 else "i64"
         else:
@@ -49,18 +52,20 @@ def main() -> int:
 
     # [[variant, problem mapping, meta dict, precision, once], ...]: `once`, a job of which only the first the
     # variant accepts is compiled
-    jobs = json.loads(sys.argv[1])
+    with open(sys.argv[1]) as f:  # a JSON file of them
+        jobs = json.load(f)
     targets = [tuple(t) for t in json.loads(sys.argv[2])]  # [[capability, shared bytes a block], ...]
     seen, done = {}, set()
     for name, problem, meta, precision, once in jobs:
         if once and name in done:
             continue
         p = ConvProblem.from_mapping(problem)
-        x = torch.rand(1, p.in_channels, p.height, p.width)  # one image: the binaries do not depend on the batch
+        dtype = getattr(torch, p.dtype)
+        x = torch.rand(1, p.in_channels, p.height, p.width, dtype=dtype)  # one image: binaries do not depend on it
         if p.layout == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
-        w = torch.rand(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w)
-        b = torch.rand(p.out_channels) if p.bias else None
+        w = torch.rand(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w, dtype=dtype)
+        b = torch.rand(p.out_channels, dtype=dtype) if p.bias else None
         first = len(launches)
         try:
             VARIANTS[name].launch(x, w, b, p.stride, p.padding, p.dilation, Meta(**meta), precision)

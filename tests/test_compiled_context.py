@@ -169,7 +169,17 @@ def test_a_converted_module_traced_by_compile_follows_the_same_rule(pins_file):
         model[0].bias.copy_(b)
     convtune.nn.convert(model, example_input=x)
     assert type(model[0]) is convtune.nn.Conv2d  # its eager calls run the kernel: it stays convtune's
-    for compiled, expect_op in ((False, False), (True, True)):
+    # convert decided its compiled calls (torch): traced, the layer is torch.nn.Conv2d's forward, no library call
+    from convtune.library import nn as library_nn
+
+    def no_library_call(*args, **kwargs):
+        raise AssertionError("the library decided again inside the graph")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(library_nn, "conv2d", no_library_call)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, fullgraph=True, backend="eager")(x)
+    for compiled, expect_op in ((False, False), (True, True)):  # the pins change: decided as traced
         pin(pins_file, compiled=compiled)
         seen = []
 
@@ -228,3 +238,32 @@ def test_a_compiled_call_that_records_gradients_runs_torch_even_under_a_compiled
         torch.compile(lambda x, w, b: convtune.conv2d(x, w, b, padding=1), fullgraph=True,
                       backend=recording_backend)(x, w, b)
     assert "convtune.conv2d.default" in seen, seen
+
+
+def test_under_autocast_a_call_torch_runs_traces_as_torchs_own_and_a_half_pin_puts_the_operator_in(pins_file):
+    """A call the pins leave to torch goes into the graph with the tensors as given, so that autocast casts them as it
+    would without convtune (the same graph); a "+compiled" pin of the autocast dtype's key puts the operator in."""
+    x, w, b = tensors()
+
+    def graph(fn):
+        seen = []
+
+        def recording_backend(gm, example_inputs):  # functions and methods (a cast is a method: .to)
+            seen.extend(str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+            return gm.forward
+        torch._dynamo.reset()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = torch.compile(fn, fullgraph=True, backend=recording_backend)(x, w, b)
+        return seen, out
+
+    ours, out = graph(lambda x, w, b: torch.relu(convtune.conv2d(x, w, b, padding=1)))
+    theirs, expected = graph(lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)))
+    assert ours == theirs and out.dtype == torch.float16, (ours, theirs)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    half = ConvProblem("", 2, 3, 9, 9, 5, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, dtype="float16", layout="nchw")
+    pins.write_pin(pins_file, "interpreter", "implicit_gemm", pins.pin_key(half.key(), "tf32", compiled=True), KERNEL,
+                   {"rule": "test"})
+    dispatch.forget()
+    ours, out = graph(lambda x, w, b: torch.relu(convtune.conv2d(x, w, b, padding=1)))
+    assert "convtune.conv2d.default" in ours and out.dtype == torch.float16, ours
+    torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)

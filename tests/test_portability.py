@@ -25,15 +25,20 @@ SUITE = [ConvProblem.from_mapping(yaml.safe_load(p.read_text())) for p in sorted
 
 def _jobs():
     """Every configuration the library could run there: each kernel that declares it runs on those GPUs, at its
-    default and its first-use neighbours on every suite problem in both layouts, and at every packaged pin that names
+    default and its first-use neighbours on every suite problem in both layouts, in float32 (and in bfloat16 at each kernel's
+    default: a 16-bit tile takes half the shared memory, and float16's binaries differ only in the MMA's type), and at every packaged pin that names
     it; and each Hopper-only kernel once, to show why it is declared so."""
     jobs, hopper_only = [], []
     for p in SUITE:
-        for layout in ("nchw", "channels_last"):
-            q = dataclasses.replace(p, layout=layout)
+        for layout, dtype in (("nchw", "float32"), ("channels_last", "float32"), ("nchw", "bfloat16"),
+                              ("channels_last", "bfloat16")):
+            q = dataclasses.replace(p, layout=layout, dtype=dtype)
             for cap, _ in TARGETS:
+                taken = set()
                 for c in first_use.candidates(q, "tf32", (cap // 10, cap % 10), limit=99):
-                    jobs.append((c.kernel, q, c.meta.as_dict(), "tf32", False))
+                    if dtype == "float32" or c.kernel not in taken:  # bfloat16: each kernel's default
+                        jobs.append((c.kernel, q, c.meta.as_dict(), "tf32", False))
+                        taken.add(c.kernel)
             for name in LIBRARY_KERNELS:
                 v = VARIANTS[name]
                 meta = v.default_meta(q.out_channels, q.stride[1], q.width, "tf32")
@@ -55,26 +60,28 @@ def _problem_of(key):
     import re
 
     m = re.match(r"n(\d+)-c(\d+)-h(\d+)-w(\d+)-k(\d+)-r(\d+)x(\d+)-s(\d+)x(\d+)-p(\d+)x(\d+)-d(\d+)x(\d+)-g1-(\w+?)-"
-                 r"(nchw|channels_last)-", key)
+                 r"(nchw|channels_last)-(float32|bfloat16|float16)/", key)
     n, c, h, w, k, kh, kw, sh, sw, ph, pw, dh, dw = (int(v) for v in m.groups()[:13])
-    return ConvProblem("pin", n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), 1, m[14] == "bias", layout=m[15])
+    return ConvProblem("pin", n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), 1, m[14] == "bias", dtype=m[16],
+                       layout=m[15])
 
 
 def _mapping(p):
     return dict(name=p.name or "pin", batch=p.batch, in_channels=p.in_channels, height=p.height, width=p.width,
                 out_channels=p.out_channels, kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=list(p.stride),
-                padding=list(p.padding), dilation=list(p.dilation), bias=p.bias, layout=p.layout)
+                padding=list(p.padding), dilation=list(p.dilation), bias=p.bias, layout=p.layout, dtype=p.dtype)
 
 
 @pytest.mark.slow
-def test_what_the_library_may_choose_on_sm80_and_sm89_compiles_there_and_hopper_only_kernels_do_not():
+def test_what_the_library_may_choose_on_sm80_and_sm89_compiles_there_and_hopper_only_kernels_do_not(tmp_path):
     jobs, hopper_only = _jobs()
     pytest.importorskip("triton.backends.nvidia")
     if not (Path(__import__("triton").__file__).parent / "backends/nvidia/bin/ptxas").exists():
         pytest.skip("this Triton ships no ptxas")
-    arg = json.dumps([[n, _mapping(p), m, prec, once] for n, p, m, prec, once in jobs + hopper_only])
+    arg = tmp_path / "jobs.json"  # a file: the jobs are more than a command line takes
+    arg.write_text(json.dumps([[n, _mapping(p), m, prec, once] for n, p, m, prec, once in jobs + hopper_only]))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = preloaded.run([sys.executable, str(ROOT / "tests/portability_check.py"), arg, json.dumps(TARGETS)], cwd=ROOT,
+    r = preloaded.run([sys.executable, str(ROOT / "tests/portability_check.py"), str(arg), json.dumps(TARGETS)], cwd=ROOT,
                       env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [row for line in r.stdout.splitlines() if line.startswith("{\"") and "refused" not in (row := json.loads(line))]

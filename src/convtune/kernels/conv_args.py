@@ -12,6 +12,7 @@ from typing import Any, Optional
 import torch
 
 from convtune.errors import ConfigError, InvalidConvolution, UnsupportedProblem
+from convtune.kernels.precision import INTERPRETED
 
 def pair(name: str, v: Any) -> tuple[int, int]:
     """torch's convention: an int means the same value for height and width."""
@@ -43,7 +44,7 @@ def check_dtypes(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], dt
             raise UnsupportedProblem(f"{name} is {dtype_name(t)}, input {dtype_name(x)}: one dtype for all three")
     if dtype_name(x) not in dtypes:
         raise UnsupportedProblem(f"input is {dtype_name(x)}; the kernel takes {' or '.join(dtypes)}")
-    if x.dtype is torch.bfloat16 and x.device.type != "cuda":
+    if x.dtype is torch.bfloat16 and INTERPRETED:
         raise UnsupportedProblem("bfloat16 needs a GPU: the Triton interpreter computes it wrong (numpy has no "
                                  "bfloat16)")
 

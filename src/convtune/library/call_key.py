@@ -43,17 +43,37 @@ def _traced_default_precision() -> str:
     return default_precision()
 
 
-def autocast_args(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
-                  ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+def autocast_args(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                  dt: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """The tensors torch's convolution would compute with under torch.autocast: in an autocast region of the input's
     device, conv2d is a lower-precision op, and every floating tensor of it is cast to the region's dtype (bfloat16 or
-    float16); elsewhere, the tensors as given. What the pins then key the call by is that dtype."""
-    kind = input.device.type
-    if not torch.is_autocast_enabled(kind):
+    float16; `dt` where the caller has read it); elsewhere, the tensors as given. What the pins then key the call by is
+    that dtype."""
+    dt = dt or autocast_dtype(input)
+    if dt is None:
         return input, weight, bias
-    dt = torch.get_autocast_dtype(kind)
     cast = lambda t: t.to(dt) if t is not None and t.is_floating_point() and t.dtype is not dt else t  # noqa: E731
     return cast(input), cast(weight), cast(bias)
+
+
+def autocast_dtype(input: torch.Tensor, traced: bool = False) -> Optional[torch.dtype]:
+    """The dtype torch.autocast computes a convolution of `input` in, or None outside an autocast region. `traced`:
+    read while torch.compile traces, once (_traced_autocast)."""
+    kind = input.device.type
+    if traced:
+        name = _traced_autocast(kind)
+        return getattr(torch, name) if name and input.is_floating_point() else None
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) and input.is_floating_point() else None
+
+
+@torch.compiler.assume_constant_result
+def _traced_autocast(device_type: str) -> str:
+    """The autocast dtype's name for torch.compile ('' outside a region), read at trace time as a constant: dynamo
+    guards the graph on the autocast state, and a call of get_autocast_dtype inside the graph is a call it may not
+    trace."""
+    if not torch.is_autocast_enabled(device_type):
+        return ""
+    return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
 
 
 def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:
@@ -88,21 +108,24 @@ def _strides_like_channels_last(t: torch.Tensor) -> bool:
 
 
 def why_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], groups: int,
-              padding: Any) -> Optional[str]:
+              padding: Any, cast_to: Optional[torch.dtype] = None) -> Optional[str]:
     """Why convtune.conv2d hands a call to torch's own convolution whatever the pins say, in words (None: the pins
-    decide): what no kernel of convtune takes. As convtune.nn.Conv2d does for such a layer or input."""
+    decide): what no kernel of convtune takes, with the floating tensors cast to `cast_to` (autocast's dtype) where
+    given. As convtune.nn.Conv2d does for such a layer or input."""
     if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return f"input on {input.device} (the kernels run on CUDA tensors, or on the CPU under TRITON_INTERPRET=1)"
     if groups != 1:
         return f"groups={groups} (the kernels take groups=1)"
     if isinstance(padding, str):
         return f"padding={padding!r} (the kernels take numbers)"
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None and t.dtype not in _TAKEN:
-            return f"{name} is {t.dtype} (the kernels take float32, bfloat16 and float16)"
-        if t is not None and t.dtype is not input.dtype:
-            return f"{name} is {t.dtype}, input {input.dtype} (torch decides what a mix of dtypes means)"
-    if input.dtype is torch.bfloat16 and not input.is_cuda:
+    dtypes = [(name, cast_to if cast_to is not None and t.is_floating_point() else t.dtype)
+              for name, t in (("input", input), ("weight", weight), ("bias", bias)) if t is not None]
+    for name, dtype in dtypes:
+        if dtype not in _TAKEN:
+            return f"{name} is {dtype} (the kernels take float32, bfloat16 and float16)"
+        if dtype is not dtypes[0][1]:
+            return f"{name} is {dtype}, input {dtypes[0][1]} (torch decides what a mix of dtypes means)"
+    if dtypes[0][1] is torch.bfloat16 and not input.is_cuda:
         return BF16_ON_CPU
     if input.dim() != 4:
         return f"{input.dim()}-d input (the kernels take a batch, N×C×H×W)"

@@ -1,15 +1,13 @@
-"""`convtune.conv2d`: the library call. Runs what the pin for this GPU, problem and precision says: convtune's
+"""`convtune.conv2d`: the library call. Runs what the pin for this GPU, problem, dtype and precision says: convtune's
 kernel with the pinned configuration, or torch's own convolution where torch won the contest for that key
-(pins.TORCH). Never autotunes unless asked to (tune_on_first_use). A lookup happens once per call signature and
-is then cached.
+(pins.TORCH). Never autotunes unless asked to (tune_on_first_use). A lookup happens once per call signature.
 
 Which kernel: library/dispatch.py decides (the overlay, this GPU's pin, a family pin verified here, tuning on first
-use where turned on; else torch); the pins' section is the rule's
-(kernels.library_variant: the highest-ranked variant whose `serves` takes the call's layout and input channels). A pin may name any of the library's
-kernels (a promote of `kernel=library` found it faster for that key); each declares how the library runs it
-(KernelVariant.library, kernels/base.py): its plan, the input as it reads it (a copy into its layout inside the
-call, rounded to TF32 for some), and its launch, which writes the output in the call's layout. Pins are looked up
-under the call's layout (the key's `nchw` / `channels_last`)."""
+use where turned on; else torch); the pins' section is the rule's (kernels.library_variant: the highest-ranked variant
+whose `serves` takes the call's layout and input channels). A pin may name any of the library's kernels (a promote of
+`kernel=library` found it faster for that key); each declares how the library runs it (KernelVariant.library,
+kernels/base.py): its plan, the input as it reads it (a copy into its layout inside the call, rounded to TF32 for
+some), and its launch, which writes the output in the call's layout, which the pins' keys name."""
 
 from __future__ import annotations
 
@@ -23,11 +21,11 @@ from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import KernelVariant, get_variant, torch_conv
 from convtune import pins
 from convtune.kernels.base import DTYPES
-from convtune.kernels.conv_args import ConvGeometry, check_conv_inputs, dtype_name, geometry
+from convtune.kernels.conv_args import DTYPE_NAMES, ConvGeometry, check_conv_inputs, dtype_name, geometry
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
-from convtune.library.call_key import (_traced_default_precision, autocast_args, call_layout, default_precision,
-                                       device_key, output_format, why_torch)
+from convtune.library.call_key import (_traced_default_precision, autocast_args, autocast_dtype, call_layout,
+                                       default_precision, device_key, output_format, why_torch)
 from convtune.problem import ConvProblem, for_dtype
 
 log = logging.getLogger(__name__)
@@ -68,8 +66,12 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
                         device: str, training: bool, dtype: str = "float32") -> bool:
     """Whether a call traced by torch.compile runs convtune's operator (its "+compiled" pin names a kernel), decided
     once as the graph is traced: where it does not, the graph holds aten's convolution, which Inductor plans (layout,
-    fusions) as it would without convtune. A call the kernel cannot take answers True: the operator raises its
-    precise error."""
+    fusions) as it would without convtune. A call the kernel cannot take, or at a precision other than torch's own,
+    answers True: the operator raises its precise error, or runs torch at that precision. Under torch 2.11 on the
+    H200, dynamo traced into this function for bfloat16 autocast calls instead of calling it, and kept the operator:
+    a converted layer takes its compiled decision from convert instead (nn.Conv2d._compiled_torch)."""
+    if precision != for_dtype(default_precision(), dtype):
+        return True
     dev = torch.device(device)
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "interpreter"
     try:
@@ -114,8 +116,8 @@ def _kernel_plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, value: pins.K
     variant = get_variant(value.kernel)
     if variant.library is None:
         raise UnsupportedProblem(f"{value.kernel} is not one of the library's kernels (a pin may name only those)")
-    if not variant.takes_dtype(dtype_name(x)):  # a pin is filed under its dtype's key: a hand-written one, say
-        raise UnsupportedProblem(f"{value.kernel} takes {' and '.join(variant.dtypes)}, not {dtype_name(x)}")
+    if not variant.takes_dtype(dtype_name(x)):  # a pin of its dtype's key names it: a hand-written pin, say
+        raise UnsupportedProblem(f"{value.kernel} takes {'/'.join(variant.dtypes)}, not {dtype_name(x)}")
     plan = variant.library.plan_for(x, g, has_bias, value.meta, precision, out_cl)
     _variants[type(plan)] = variant
     return plan
@@ -178,12 +180,11 @@ def _run(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     x = call.kernel_input(input, plan)  # a copy into its layout (none where the input has it), rounded, or as it is
     # what the signature (the plan's key) leaves out is checked on every call: dtypes, devices, contiguity, the
     # bias's size (a bias of 3 for 4 channels would leave a channel without bias, or read past its end on a GPU)
-    dtype = x.dtype  # the signature's (the plan's key holds it)
-    if not (weight.is_contiguous() and weight.dtype is dtype and weight.get_device() == x.get_device()
-            and (bias is None or (bias.is_contiguous() and bias.dtype is dtype and bias.get_device() == x.get_device()
+    if not (weight.is_contiguous() and weight.dtype is x.dtype and weight.get_device() == x.get_device()
+            and (bias is None or (bias.is_contiguous() and bias.dtype is x.dtype and bias.get_device() == x.get_device()
                                   and bias.dim() == 1 and bias.shape[0] == weight.shape[0]))):
         _check(x, weight, bias, groups)  # raises the precise error
-    out = torch.empty(plan.out_shape, device=x.device, dtype=dtype,
+    out = torch.empty(plan.out_shape, device=x.device, dtype=x.dtype,  # x's dtype: the plan's key holds it
                       memory_format=torch.channels_last if plan.out_cl else torch.contiguous_format)
     call.run(plan, x, weight, bias, out)
     return out
@@ -336,33 +337,32 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError("precision", precision, f"one of {list(PRECISIONS)}, or None: as torch runs float32 "
                                                   "convolutions (tf32 unless torch.backends.cudnn.allow_tf32 is off)")
-    input, weight, bias = autocast_args(input, weight, bias)
-    why = why_torch(input, weight, bias, groups, padding)
+    cast_to = autocast_dtype(input, compiling)  # torch gets the tensors as given where it runs: autocast casts them
+    why = why_torch(input, weight, bias, groups, padding, cast_to)
     if why is not None:
         log.debug("convtune.conv2d runs torch: %s", why)
         return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision, groups)
-    precision = for_dtype(precision or (_traced_default_precision() if compiling else default_precision()),
-                          dtype_name(input))
+    dtype = DTYPE_NAMES[cast_to or input.dtype]
+    precision = for_dtype(precision or (_traced_default_precision() if compiling else default_precision()), dtype)
     if compiling:
-        if not _traced_kernel(input, weight, bias, stride, padding, dilation, precision):
+        if not _traced_kernel(input, weight, bias, stride, padding, dilation, precision, dtype):
             return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-        return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
+        return kernel_conv2d(*autocast_args(input, weight, bias, cast_to), stride, padding, dilation, groups, precision)
+    given = (input, weight, bias)
+    input, weight, bias = autocast_args(input, weight, bias)
     if pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
                        records_gradients(input, weight, bias)):
-        return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
+        return torch_conv.conv2d(*given, stride, padding, dilation, precision)
     return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
 
 
 def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                   dilation: Any, precision: str) -> bool:
+                   dilation: Any, precision: str, dtype: str) -> bool:
     """While torch.compile traces: whether the call goes into the graph as convtune's operator (_traced_runs_kernel),
-    else as aten's convolution. A precision other than torch's own setting keeps the operator (it runs torch at that
-    precision where no pin names a kernel), and so do symbolic shapes (a graph traced for dynamic shapes: decided
-    when the operator runs)."""
+    else as aten's convolution. Symbolic shapes keep the operator (a graph traced for dynamic shapes: decided when the
+    operator runs)."""
     # `d.__class__`, not isinstance or type(): dynamo answers int to those for a symbolic size too
-    dtype = dtype_name(input)
-    if (precision != for_dtype(_traced_default_precision(), dtype)
-            or not all(d.__class__ is int for d in (*input.shape, *weight.shape))):
+    if not all(d.__class__ is int for d in (*input.shape, *weight.shape)):
         return True
     return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
                                tuple(_pair(padding)), tuple(_pair(dilation)), precision,

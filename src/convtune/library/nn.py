@@ -39,6 +39,12 @@ class Conv2d(torch.nn.Conv2d):
     # cast to that dtype, kept so that a layer's calls reuse one cast (as autocast's own cast cache does for leaf
     # parameters), and with it the bound launch and the kernels' packed weights
     _cast: Any = None
+    # Set by convert from its example forward, to the dispatch generation it decided in: the layer's calls inside
+    # torch.compile run torch (no "+compiled" pin names a kernel for that input), so until the pins change its compiled
+    # forward is torch.nn.Conv2d's own and the graph is torch's. On the H200 under torch 2.11, tracing the library's
+    # decision there instead put convtune's operator into a bfloat16 autocast AlexNet's graph for its three eagerly
+    # pinned layers (0.73x compiled torch), where torch 2.13 on the CPU traces aten's convolution.
+    _compiled_torch: Optional[int] = None
 
     _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
 
@@ -63,9 +69,9 @@ class Conv2d(torch.nn.Conv2d):
         return why
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():  # traced: no per-instance state; conv2d decides as it is traced
+        if torch.compiler.is_compiling():  # traced: conv2d decides as it is traced, unless convert decided torch
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
-                if self.why_torch(x) is None else super().forward(x)
+                if self._compiled_torch != dispatch.generation and self.why_torch(x) is None else super().forward(x)
         # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
         # a dev CPU against 0.03 us for a dict read); reading them from _parameters pays for part of the checks
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
@@ -207,6 +213,7 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     report = Report()
     for name, m in swapped:
         runs, torch_in_every_mode, decided = _runs(m, seen.get(name), example_input is not None)
+        m._compiled_torch = dispatch.generation if decided.get("compiled") == TORCH else None
         left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d
         if left:
             m.__class__ = torch.nn.Conv2d
