@@ -267,3 +267,28 @@ def test_under_autocast_a_call_torch_runs_traces_as_torchs_own_and_a_half_pin_pu
     ours, out = graph(lambda x, w, b: torch.relu(convtune.conv2d(x, w, b, padding=1)))
     assert "convtune.conv2d.default" in ours and out.dtype == torch.float16, ours
     torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
+
+
+def test_where_traced_sizes_do_not_tell_a_direct_call_keeps_the_operator_and_a_converted_layer_traces_as_torch(
+        pins_file, monkeypatch):
+    """Torch before 2.13 (functional._SIZES_TELL): a direct call inside torch.compile keeps convtune's operator, which
+    decides as it runs (here torch: the output is torch's); a layer that convert decided torch for traces as
+    torch.nn.Conv2d's forward."""
+    monkeypatch.setattr(functional, "_SIZES_TELL", False)
+    x, w, b = tensors()
+    seen, out = traced(x, w, b)
+    assert "convtune.conv2d.default" in seen, seen
+    torch.testing.assert_close(out, torch.relu(F.conv2d(x, w, b, padding=1)), rtol=0, atol=0)
+    pin(pins_file, compiled=False)  # its eager calls run the kernel: convert keeps it convtune's
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU())
+    convtune.nn.convert(model, example_input=x)
+    assert type(model[0]) is convtune.nn.Conv2d
+    graph = []
+
+    def recording_backend(gm, example_inputs):
+        graph.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, fullgraph=True, backend=recording_backend)(x)
+    assert "convtune.conv2d.default" not in graph and any("conv2d" in t for t in graph), graph

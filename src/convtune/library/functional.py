@@ -67,9 +67,7 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
     """Whether a call traced by torch.compile runs convtune's operator (its "+compiled" pin names a kernel), decided
     once as the graph is traced: where it does not, the graph holds aten's convolution, which Inductor plans (layout,
     fusions) as it would without convtune. A call the kernel cannot take, or at a precision other than torch's own,
-    answers True: the operator raises its precise error, or runs torch at that precision. Under torch 2.11 on the
-    H200, dynamo traced into this function for bfloat16 autocast calls instead of calling it, and kept the operator:
-    a converted layer takes its compiled decision from convert instead (nn.Conv2d._compiled_torch)."""
+    answers True: the operator raises its precise error, or runs torch at that precision."""
     if precision != for_dtype(default_precision(), dtype):
         return True
     dev = torch.device(device)
@@ -80,6 +78,12 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
     except (ConfigError, UnsupportedProblem):
         return True
 
+
+# Whether a traced size tells static from symbolic (from torch 2.13, `size.__class__ is int` for a static one only).
+# Under torch 2.11 and 2.12 no test did so the same way twice (checked on the CPU), and a symbolic size passed to
+# _traced_runs_kernel stops 2.11's compile: a direct call keeps the operator, which decides as it runs (a converted layer
+# that convert decided torch for still traces as torch's: nn.Conv2d._compiled_torch)
+_SIZES_TELL = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
 
 Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH
 # plan type → the variant whose plans are of that type (registered as each first makes one): its Host (kernels/host.py)
@@ -348,21 +352,17 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         if not _traced_kernel(input, weight, bias, stride, padding, dilation, precision, dtype):
             return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
         return kernel_conv2d(*autocast_args(input, weight, bias, cast_to), stride, padding, dilation, groups, precision)
-    given = (input, weight, bias)
-    input, weight, bias = autocast_args(input, weight, bias)
-    if pinned_to_torch(input, weight, bias, stride, padding, dilation, precision, groups,
-                       records_gradients(input, weight, bias)):
-        return torch_conv.conv2d(*given, stride, padding, dilation, precision)
-    return kernel_conv2d(input, weight, bias, stride, padding, dilation, groups, precision)
+    cast = autocast_args(input, weight, bias)
+    if pinned_to_torch(*cast, stride, padding, dilation, precision, groups, records_gradients(*cast)):
+        return torch_conv.conv2d(input, weight, bias, stride, padding, dilation, precision)
+    return kernel_conv2d(*cast, stride, padding, dilation, groups, precision)
 
 
 def _traced_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
                    dilation: Any, precision: str, dtype: str) -> bool:
     """While torch.compile traces: whether the call goes into the graph as convtune's operator (_traced_runs_kernel),
-    else as aten's convolution. Symbolic shapes keep the operator (a graph traced for dynamic shapes: decided when the
-    operator runs)."""
-    # `d.__class__`, not isinstance or type(): dynamo answers int to those for a symbolic size too
-    if not all(d.__class__ is int for d in (*input.shape, *weight.shape)):
+    else as aten's convolution. Symbolic shapes (`d.__class__`: _SIZES_TELL) keep the operator, decided as it runs."""
+    if not _SIZES_TELL or not all(d.__class__ is int for d in (*input.shape, *weight.shape)):
         return True
     return _traced_runs_kernel(tuple(input.shape), tuple(weight.shape), bias is not None, tuple(_pair(stride)),
                                tuple(_pair(padding)), tuple(_pair(dilation)), precision,
