@@ -224,3 +224,26 @@ def test_export_refuses_a_dtype_its_kernel_does_not_take(capsys, tmp_path, store
                               f"pins_file={tmp_path / 'pins.yaml'}", "export=kernelbench", "kernel=fused_gluon",
                               f"export_path={tmp_path / 'x.py'}")) == 1
     assert capsys.readouterr().out.strip() == "error: fused_gluon takes float32, not bfloat16: nothing exported"
+
+
+def test_under_autocast_a_layer_whose_weight_is_made_at_each_call_casts_it_at_each_call(pins_at):
+    """A parametrized weight (torch.nn.utils.parametrize) is a new tensor at every call: the module's cast memo must
+    tell it from the last one without comparing tensors by value."""
+    from torch.nn.utils import parametrize
+
+    pins.create_empty(pins_at)
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    torch.manual_seed(0)
+    ref = torch.nn.Conv2d(8, 16, 3, padding=1)
+    ours = convtune.nn.Conv2d(8, 16, 3, padding=1)
+    ours.load_state_dict(ref.state_dict())
+    for m in (ref, ours):
+        parametrize.register_parametrization(m, "weight", Double())
+    x = _layer_inputs(torch.float32)[0]
+    with torch.autocast("cpu", dtype=torch.float16), torch.no_grad():
+        first, second, expected = ours(x), ours(x), ref(x)
+    assert first.dtype == torch.float16 and torch.equal(first, second) and torch.equal(first, expected)

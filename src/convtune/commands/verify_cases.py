@@ -128,7 +128,7 @@ def case_tensors(case: Case, dev: Any) -> tuple[Any, Any, Any, Any]:
     g = torch.Generator(device=dev).manual_seed(case.seed)
     p = ConvProblem("verify", case.n, case.c, case.h, case.w, case.k, case.kh, case.kw, case.stride, case.padding,
                     case.dilation, 1, case.bias, dtype=case.dtype)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[case.dtype]
+    dtype = getattr(torch, case.dtype)  # float32, bfloat16 or float16, as torch names them
     draw = torch.rand if case.init == "rand" else torch.randn
     storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev).to(dtype)
     if case.layout == "channels_last":

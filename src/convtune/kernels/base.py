@@ -176,7 +176,7 @@ class KernelVariant:
             refuse("compute_capability", f"must be (major, minor), not {self.compute_capability!r}")
 
     def takes_dtype(self, dtype: str) -> bool:
-        return dtype in (self.dtypes or ())
+        return dtype in self.dtypes  # type: ignore[operator]
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions

@@ -12,9 +12,10 @@ import torch
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import torch_conv
+from convtune.kernels.conv_args import TORCH_DTYPES
 
 # What some kernel of convtune takes (kernels.base.DTYPES); each variant's Host checks its own
-_TAKEN = (torch.float32, torch.bfloat16, torch.float16)
+TAKEN_DTYPES = tuple(TORCH_DTYPES.values())
 
 
 def device_key(t: torch.Tensor) -> str:
@@ -121,7 +122,7 @@ def why_torch(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     dtypes = [(name, cast_to if cast_to is not None and t.is_floating_point() else t.dtype)
               for name, t in (("input", input), ("weight", weight), ("bias", bias)) if t is not None]
     for name, dtype in dtypes:
-        if dtype not in _TAKEN:
+        if dtype not in TAKEN_DTYPES:
             return f"{name} is {dtype} (the kernels take float32, bfloat16 and float16)"
         if dtype is not dtypes[0][1]:
             return f"{name} is {dtype}, input {dtypes[0][1]} (torch decides what a mix of dtypes means)"

@@ -65,7 +65,8 @@ def tune(p: ConvProblem, gpu: str, capability: tuple[int, int], key: str, precis
 def candidates(p: ConvProblem, precision: str, capability: Optional[tuple[int, int]],
                limit: int = 8) -> list[pins.KernelPin]:
     """The configurations a first-use contest tries, best guesses first: each library kernel that runs on this GPU
-    and takes the call (its shape, precision and dtype), at its default and at its default's num_stages neighbours (within its Space)."""
+    and takes the call (its shape, precision and dtype), at its default and at its default's num_stages neighbours
+    (within its Space)."""
     first, then = [], []
     for name in LIBRARY_KERNELS:
         v = VARIANTS[name]

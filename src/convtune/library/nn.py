@@ -35,15 +35,15 @@ class Conv2d(torch.nn.Conv2d):
     # none): the next call with it skips the pin lookup and the attempt to bind, and goes to kernel_conv2d, which
     # finds its plan in the plan cache.
     _kernel_for: Any = None
-    # Under torch.autocast, outside autograd: (dtype, weight, its version, bias, its version) → the weight and bias
-    # cast to that dtype, kept so that a layer's calls reuse one cast (as autocast's own cast cache does for leaf
-    # parameters), and with it the bound launch and the kernels' packed weights
+    # Under torch.autocast, outside autograd: (weight, bias, (dtype, their versions)) → the weight and bias cast to that
+    # dtype, kept so that a layer's calls reuse one cast (as autocast's own cast cache does for leaf parameters), and
+    # with it the bound launch and the kernels' packed weights; the tensors are told apart by identity
     _cast: Any = None
     # Set by convert from its example forward, to the dispatch generation it decided in: the layer's calls inside
     # torch.compile run torch (no "+compiled" pin names a kernel for that input), so until the pins change its compiled
-    # forward is torch.nn.Conv2d's own and the graph is torch's. On the H200 under torch 2.11, tracing the library's
-    # decision there instead put convtune's operator into a bfloat16 autocast AlexNet's graph for its three eagerly
-    # pinned layers (0.73x compiled torch), where torch 2.13 on the CPU traces aten's convolution.
+    # forward is torch.nn.Conv2d's own and the graph is torch's, whether or not the traced call could be decided
+    # (functional._SIZES_TELL: before torch 2.13 it keeps the operator; a bfloat16 autocast AlexNet on the H200, torch
+    # 2.11, ran 0.73x compiled torch with its three eagerly pinned layers so).
     _compiled_torch: Optional[int] = None
 
     _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
@@ -117,15 +117,11 @@ class Conv2d(torch.nn.Conv2d):
         if training:
             return call_key.autocast_args(x, weight, bias)
         dt = torch.get_autocast_dtype(x.device.type)
-        key = (dt, weight, weight._version, bias, None if bias is None else bias._version)
+        versions = (dt, weight._version, None if bias is None else bias._version)
         cast = self._cast
-        if cast is None or cast[0] != key:
-            _, w, b = call_key.autocast_args(x[:0], weight, bias)
-            cast = self._cast = (key, w, b)
-        return x.to(dt) if x.is_floating_point() and x.dtype is not dt else x, cast[1], cast[2]
-
-
-_TAKEN = (torch.float32, torch.bfloat16, torch.float16)  # what some kernel takes (kernels.base.DTYPES)
+        if cast is None or cast[0] is not weight or cast[1] is not bias or cast[2] != versions:
+            cast = self._cast = (weight, bias, versions) + call_key.autocast_args(x[:0], weight, bias)[1:]
+        return x.to(dt) if x.is_floating_point() and x.dtype is not dt else x, cast[3], cast[4]
 
 
 def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
@@ -135,13 +131,13 @@ def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
         return f"padding_mode={m.padding_mode!r} (the kernel pads with zeros)"
     if isinstance(m.padding, str):
         return f"padding={m.padding!r} (the kernel takes numbers)"
-    if m.weight.dtype not in _TAKEN:
+    if m.weight.dtype not in call_key.TAKEN_DTYPES:
         return f"weight is {m.weight.dtype} (the kernels take float32, bfloat16 and float16)"
     return None
 
 
 def _why_input(x: torch.Tensor) -> Optional[str]:
-    if x.dtype not in _TAKEN:
+    if x.dtype not in call_key.TAKEN_DTYPES:
         return f"input is {x.dtype} (the kernels take float32, bfloat16 and float16)"
     if x.dtype is torch.bfloat16 and not x.is_cuda:
         return call_key.BF16_ON_CPU
