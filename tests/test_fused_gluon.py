@@ -83,6 +83,30 @@ def test_precisions_other_than_tf32_are_refused(precision):
         fg.make_plan(_geometry(), True, META, precision)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_call_is_planned_at_the_precision_its_host_gives_it(dtype):
+    """A 16-bit call reaches make_plan at tf32_trunc (kernels/precision.kernel_precision: float32's math modes do not
+    apply to it) with 2-byte elements, and is planned; off Hopper the device is what refuses it. A float32 call at
+    tf32_trunc stays refused (test above)."""
+    plan = fg.make_plan(_geometry(), True, META, "tf32_trunc", False, 2)
+    assert plan.out_shape == (2, 96, 55, 55) and plan.taps == (3, 3)
+    x, w = torch.rand(1, 3, 40, 40, dtype=dtype), torch.rand(8, 3, 11, 11, dtype=dtype)
+    with pytest.raises(UnsupportedProblem, match=r"fused_gluon runs on a Hopper GPU only \(got cpu\)"):
+        fg.HOST.plan_for(x, geometry(x, w, 4, 2, 1), False, META, "tf32", False)
+    with pytest.raises(UnsupportedProblem, match="fused_gluon takes 3 input channels"):  # make_plan came first
+        fg.HOST.plan_for(x, geometry(x, w, 2, 2, 1), False, META, "tf32", False)
+    assert get_variant("fused_gluon").dtypes == ("float32", "bfloat16", "float16")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_weight_is_packed_in_its_dtype_unrounded(dtype):
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(40, 3, 11, 11, generator=g).to(dtype)
+    packed = fg.pack_weight(w, (3, 3))
+    assert packed.dtype is dtype and packed.shape == (96, 432) and packed.is_contiguous()
+    assert torch.equal(packed[:40], fold_weight(w, (4, 4), (3, 3), 48, 144)) and not packed[40:].any()
+
+
 @pytest.mark.parametrize("meta,key,allowed", [
     (Meta(128, 128, 16, 4, 3), "BLOCK_M", "64 for fused_gluon (a tile is one output row"),
     (Meta(64, 64, 16, 4, 3), "BLOCK_N", "128 for fused_gluon (the output channels as two MMAs"),
@@ -230,20 +254,31 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "    print(f'skip: this Triton has no Gluon Hopper API: {e}'); sys.exit(0)\n"
         "if not (Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'ptxas').exists():\n"
         "    print('skip: this Triton ships no ptxas'); sys.exit(0)\n"
-        "l1, l2 = kernel.weight_layouts()\n"
-        "sig = {'x_ptr': '*fp32', 'w1_desc': f'tensordesc<fp32[64, 16],{l1!r}>', 'w2_desc': f'tensordesc<fp32[32, 16],{l2!r}>',"
-        " 'b_ptr': '*fp32', 'y_ptr': '*fp32', 'n_rows': 'i32'}\n"
         "g = geometry(torch.empty(2, 3, 224, 224, device='meta'), torch.empty(96, 3, 11, 11, device='meta'), 4, 2, 1)\n"
-        "for nwg, out_cl, bias in ((2, False, True), (1, True, False)):\n"
-        "    plan = fg.make_plan(g, bias, Meta(64, 128, 16, 4, nwg), 'tf32', out_cl)\n"
+        "for dt, nwg, out_cl, bias in (('fp32', 2, False, True), ('fp32', 1, True, False), ('bf16', 2, False, True),"
+        " ('fp16', 1, True, False)):\n"
+        "    l1, l2 = kernel.weight_layouts(kernel.GL_DTYPES[{'fp32': 'float32', 'bf16': 'bfloat16', 'fp16': 'float16'}[dt]])\n"
+        "    sig = {'x_ptr': f'*{dt}', 'w1_desc': f'tensordesc<{dt}[64, 16],{l1!r}>',"
+        " 'w2_desc': f'tensordesc<{dt}[32, 16],{l2!r}>', 'b_ptr': f'*{dt}', 'y_ptr': f'*{dt}', 'n_rows': 'i32'}\n"
+        "    half = dt != 'fp32'\n"
+        "    plan = fg.make_plan(g, bias, Meta(64, 128, 16, 4, nwg), 'tf32_trunc' if half else 'tf32', out_cl, 2 if half else 4)\n"
         "    cx = {**plan.constexprs, 'LLVM_OPT': 'O3'}\n"
         "    src = GluonASTSource(kernel._conv2d_fused_gluon_kernel, {**sig, **{n: 'constexpr' for n in cx}}, cx)\n"
+        "    src.attrs = {(i,): [['tt.divisibility', 16]] for i in (0, 3, 4)}  # 16-byte aligned, as a launch specialises\n"
         "    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32),"
         " options={'num_warps': 4, 'maxnreg': fg.LAUNCH_REGISTERS[nwg]})\n"
         "    ptx = compiled.asm['ptx']\n"
-        "    assert ptx.count('wgmma.mma_async') == 120 * nwg, (nwg, out_cl)\n"
-        "    # the weight (162 KB), each warpgroup's row buffer (24 KB) and the bias where there is one\n"
-        "    least = 27 * 96 * 16 * 4 + nwg * 64 * 96 * 4 + (128 * 4 if bias else 0)\n"
+        "    # a K step: two TF32 wgmmas of K 8, or one 16-bit wgmma of K 16\n"
+        "    ptx_type = {'bf16': 'bf16', 'fp16': 'f16'}.get(dt)\n"
+        "    shape = f'k16.f32.{ptx_type}.{ptx_type}' if half else 'k8.f32.tf32.tf32'\n"
+        "    assert ptx.count('wgmma.mma_async') == (60 if half else 120) * nwg, (dt, nwg, out_cl)\n"
+        "    assert ptx.count(f'n64{shape}') == ptx.count(f'n32{shape}') == (30 if half else 60) * nwg, (dt, nwg)\n"
+        "    # the gather: in 16 bits each lane's K pair loads as one 32-bit word (L1 #50's padding and width are even)\n"
+        "    loads = set(re.findall(r'ld[.]global[.]\\w+', ptx))\n"
+        "    assert 'ld.global.b32' in loads and loads <= {'ld.global.b32', 'ld.global.b16'}, (dt, loads)\n"
+        "    assert ptx.count('ld.global.b16') <= (1 if half and bias else 0), (dt, ptx.count('ld.global.b16'))  # the bias\n"
+        "    # the weight (162 KB, 81 KB in 16 bits), each warpgroup's float32 row buffer (24 KB), the bias where there is one\n"
+        "    least = 27 * 96 * 16 * (2 if half else 4) + nwg * 64 * 96 * 4 + (128 * 4 if bias else 0)\n"
         "    assert compiled.metadata.shared >= least, (compiled.metadata.shared, least)\n"
         "    assert compiled.metadata.shared <= 227 * 1024  # what an SM gives one block\n"
         "    regs = {int(v) for v in re.findall(r'setmaxnreg[.]\\w+[.]sync[.]aligned[.]u32\\s+(\\d+)', ptx)}\n"

@@ -217,9 +217,18 @@ def test_export_of_a_float16_problem_writes_a_file_that_computes_in_float16(caps
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def test_export_refuses_a_dtype_its_kernel_does_not_take(capsys, tmp_path, store):
+def test_export_refuses_a_dtype_its_kernel_does_not_take(capsys, tmp_path, store, monkeypatch):
+    """Every exportable kernel takes the three dtypes, so the refusal is checked on fused_gluon declared as float32
+    only (the same variant with a narrower Host)."""
+    import dataclasses
+
+    from convtune import kernels
     from convtune.tune.export import run_export
 
+    v = kernels.get_variant("fused_gluon")
+    host = dataclasses.replace(v.library, dtypes=("float32",))
+    narrow = dataclasses.replace(v, dtypes=None, library=host, launch=host.launch, prepared=host.prepared)
+    monkeypatch.setitem(kernels.VARIANTS, "fused_gluon", narrow)
     assert run_export(compose("problem=kernelbench_l1_50", "dtype=bfloat16", f"tracking.uri={store}",
                               f"pins_file={tmp_path / 'pins.yaml'}", "export=kernelbench", "kernel=fused_gluon",
                               f"export_path={tmp_path / 'x.py'}")) == 1

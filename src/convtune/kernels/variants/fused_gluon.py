@@ -18,8 +18,13 @@ ahead. The SM's shared-memory carveout is 75 %, so that L1 keeps the input rows.
 fold_igemm's: the output is fold_igemm's bit for bit. L1 #50 runs in 0.232 ms on the H200 and 0.278 ms on the H100
 (docs/PERFORMANCE.md: what each of these steps bought, and what bounds it).
 
+In bfloat16 and float16 the same kernel runs the 16-bit wgmma (one of K 16 a K step, float32 sums) on the operands as
+they are, with the weight resident in 81 KB; each lane's K pair loads as one 32-bit word where the padding and width
+are even (6 % of the time on L1 #50). L1 #50 runs in 0.163 ms on the H200 in either dtype, 12.3x and 9.1x cuDNN's
+faster layout; the tensor pipe is active 53 % of the time and the gathers' latency is the top stall.
+
 What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability 9.0: wgmma, TMA),
-precision tf32, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
+float32 at precision tf32 or bfloat16 or float16, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
 must fit shared memory), at most 64 output columns (a tile is one output row) and 96 output channels (two MMAs of 64
 and 32). The launch configuration: BLOCK_M 64, BLOCK_N 128 (64 + 32), BLOCK_K 16 and num_warps 4 (a warpgroup) are
 fixed by that design; num_stages is the number of MMA warpgroups, 1 or 2 (the windows in flight an SM: Gluon's
@@ -53,10 +58,11 @@ from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.precision import round_to_tf32
 from convtune.kernels.selfcheck import agrees
 
-RESTRICTED_TO = ("a Hopper GPU; precision tf32, 3 input channels, stride 4x4, dilation 1, a kernel up to 12x12, up to "
-                 "64 output columns and 96 output channels")
+RESTRICTED_TO = ("a Hopper GPU; precision tf32 (float32) or a 16-bit dtype, 3 input channels, stride 4x4, dilation 1, "
+                 "a kernel up to 12x12, up to 64 output columns and 96 output channels")
 TF32_TIES = "away"  # the gather rounds as fold_igemm's fold does (kernels/precision.py)
-PRECISIONS = ("tf32",)  # what make_plan takes
+PRECISIONS = ("tf32",)  # what make_plan takes of float32's math modes
+DTYPES = ("float32", "bfloat16", "float16")  # float32 as TF32; a 16-bit input through the 16-bit wgmma, float32 sums
 COMPUTE_CAPABILITY = (9, 0)  # what require_hopper asks for: wgmma and TMA
 STRIDE = (4, 4)  # a K step of 16 is one channel's 4 × 4 window
 CHANNELS = 3
@@ -113,11 +119,13 @@ def check_meta(meta: Meta) -> None:
     SPACE.check(meta)
 
 
-def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
-    """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
-    take and what runs it instead."""
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
+              element_bytes: int = 4) -> LaunchPlan:
+    """The plan of a call whose tensors have `element_bytes` bytes an element (4, or 2: 16-bit, planned at
+    tf32_trunc: precision.kernel_precision), or UnsupportedProblem (ConfigError for the configuration) naming what
+    this kernel does not take and what runs it instead."""
     other = "; fold_igemm runs any strided convolution"
-    if precision != "tf32":
+    if element_bytes == 4 and precision != "tf32":
         raise UnsupportedProblem(f"fused_gluon runs precision tf32 only (its gather rounds the input to TF32 as cuDNN "
                                  f"does), got {precision!r}{other}")
     if g.c != CHANNELS or g.stride != STRIDE or g.dilation != (1, 1):
@@ -139,13 +147,13 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
 
 
 def pack_weight(weight: torch.Tensor, taps: tuple[int, int]) -> torch.Tensor:
-    """[C_out, 3, KH, KW] → [COLUMNS, KHF·KWF·48] in the gather's K order (folded row, tap, c, r, s), rounded to
-    nearest TF32 (ties away), zero rows past C_out: fold_igemm's folded weight with its rows unpadded (K is a
-    multiple of 16 already)."""
+    """[C_out, 3, KH, KW] → [COLUMNS, KHF·KWF·48] in the gather's K order (folded row, tap, c, r, s) and the weight's
+    dtype, zero rows past C_out: fold_igemm's folded weight with its rows unpadded (K is a multiple of 16 already).
+    A float32 weight is rounded to nearest TF32 (ties away); a 16-bit one is the MMA's operand as it is."""
     cf = folded_channels(CHANNELS, STRIDE)
     w = fold_weight(weight, STRIDE, taps, cf, taps[1] * cf)
     w = torch.nn.functional.pad(w, (0, 0, 0, COLUMNS - w.shape[0]))
-    return round_to_tf32(w).contiguous()
+    return (round_to_tf32(w) if w.dtype is torch.float32 else w).contiguous()
 
 
 _packed = WeightCache()  # the packed weight and its TMA descriptors, until the weight changes
@@ -252,15 +260,15 @@ def _kernel_source() -> str:
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [], files=[Path(__file__).parent / "fused_gluon_kernel.py"])
-PREVIOUS_SOURCE_HASHES = ("1f1c2b64aa52",)
+PREVIOUS_SOURCE_HASHES = ("ddbf2cc51637", "1f1c2b64aa52")  # ddbf2cc51637: float32 only, the same PTX
 def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
-    plan = make_plan(g, has_bias, meta, precision, out_cl)
+    plan = make_plan(g, has_bias, meta, precision, out_cl, x.element_size())
     require_hopper(x.device)
     return plan
 
 
 # the kernel reads an NCHW-contiguous input: any other is copied inside the call
-HOST = Host(_plan, lambda x, plan: x.contiguous(), run)
+HOST = Host(_plan, lambda x, plan: x.contiguous(), run, dtypes=DTYPES)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -289,9 +297,11 @@ def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
 
     kernel_file = (Path(fg.__file__).parent / "fused_gluon_kernel.py").read_text(encoding="utf-8")
     kernels = kernel_file[kernel_file.index("# TMA's global"):].rstrip()  # the module after its docstring and imports
+    what = (f"{p.dtype} tensors: the 16-bit wgmma, float32 sums, the output rounded once" if p.dtype != "float32"
+            else f"precision {precision}: operands rounded to nearest TF32 (ties away), as cuDNN rounds on this layer")
     wrapper = f'''
 # Pinned configuration ({provenance}); no autotuning.
-# precision {precision}: operands rounded to nearest TF32 (ties away), as cuDNN rounds on this layer
+# {what}
 NUM_STAGES = {m["num_stages"]}  # MMA warpgroups an SM (the design fixes BLOCK_M 64, BLOCK_N 64 + 32, BLOCK_K 16, a warpgroup's 4 warps)
 REGISTERS = {fg.REGISTERS}  # an MMA warpgroup's registers a thread, by MMA warpgroups
 LAUNCH_REGISTERS = {fg.LAUNCH_REGISTERS}  # the launch's, which the warpgroups share out (setmaxnreg)
@@ -306,12 +316,13 @@ _launches = {{}}
 
 
 def pack_weight(weight):
-    """[C_out, 3, KH, KW] → [COLUMNS, KHF·KWF·48] in the gather's K order, rounded to nearest TF32, zero rows past
-    C_out; with the TMA descriptors of its two column tiles."""
+    """[C_out, 3, KH, KW] → [COLUMNS, KHF·KWF·48] in the gather's K order, zero rows past C_out, a float32 weight
+    rounded to nearest TF32; with the TMA descriptors of its two column tiles."""
     taps = (WINDOW_ROWS, -(-weight.shape[3] // STRIDE[1]))
     cf = folded_channels(weight.shape[1], STRIDE)
     wp = fold_weight(weight, STRIDE, taps, cf, taps[1] * cf)
-    wp = round_to_tf32(torch.nn.functional.pad(wp, (0, 0, 0, COLUMNS - wp.shape[0]))).contiguous()
+    wp = torch.nn.functional.pad(wp, (0, 0, 0, COLUMNS - wp.shape[0]))
+    wp = (round_to_tf32(wp) if wp.dtype is torch.float32 else wp).contiguous()
     return (wp,) + descriptors(wp)
 
 
@@ -321,10 +332,10 @@ def conv2d_gluon(x, weight, bias, packed):
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * PADDING[0] - kh) // STRIDE[0] + 1
     ow = (w + 2 * PADDING[1] - kw) // STRIDE[1] + 1
-    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=torch.float32)
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=x.dtype)
     _, w1, w2 = packed
     b = bias if bias is not None else out
-    key = (x.shape, c_out, kh, kw, bias is not None, x.device, x.data_ptr() % 16, b.data_ptr() % 16,
+    key = (x.shape, x.dtype, c_out, kh, kw, bias is not None, x.device, x.data_ptr() % 16, b.data_ptr() % 16,
            out.data_ptr() % 16)
     bound = _launches.get(key)
     if bound is not None:

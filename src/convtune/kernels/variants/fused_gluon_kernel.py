@@ -2,9 +2,10 @@
 
 Imported only when a launch needs it (fused_gluon._kernel_module): Gluon compiles for NVIDIA GPUs only and the Triton
 interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 3 input channels: a K step of 16 is
-one channel's 4 input rows × 4 columns, the tile one output row of at most 64 columns, the output channels 64 + 32,
-the folded kernel 3 rows (the window's three accumulators; smaller kernels are folded with zero rows to 3). Each MMA
-warpgroup hands its finished rows through shared memory to two store warps of its own.
+one channel's 4 input rows × 4 columns (two TF32 wgmmas in float32, one 16-bit wgmma in bfloat16 and float16), the
+tile one output row of at most 64 columns, the output channels 64 + 32, the folded kernel 3 rows (the window's three
+accumulators; smaller kernels are folded with zero rows to 3). Each MMA warpgroup hands its finished rows (float32
+sums) through shared memory to two store warps of its own, which add the bias and store in the input's dtype.
 """
 
 from __future__ import annotations
@@ -23,13 +24,9 @@ BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one war
 BLOCK_K = gl.constexpr(16)  # a K step: one input channel's SH × SW = 4 × 4 window
 N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand (tensor shapes are powers of two)
 N2 = gl.constexpr(32)
-# Folded input rows ahead of the window that the L2 prefetch asks for (L1 #50, the store warps, the output
-# evict_last: _store_chunk). In balanced orders on the H100 (measure/ab.balanced_orders) the kernel before, 2 ahead
-# and evict_first, ran 1.0320 (95 % 1.0249-1.0372) of this one's time, none ahead 0.9894; on the H200 the two ran level
-# (the kernel before 1.0081, 1.0043-1.0101; a copy of this one 1.0063). The probes that chose it ran the kernel before
-# right after cuDNN (up to ~1.7 % to its cost): against it, 1 ahead 0.9640-0.9649 on the H200 and 0.9473-0.9503 on
-# the H100, none ahead 0.9696-0.9781 and 0.9439-0.9457, 2 ahead 0.9664-0.9717 and 0.9748-0.9810, 3 ahead 1.0152 and
-# 1.0186
+# Folded input rows ahead of the window that the L2 prefetch asks for. L1 #50 in float32 against 2 ahead: 1 ahead
+# 0.9640-0.9649 of its time on the H200 and 0.9473-0.9503 on the H100, 3 ahead 1.0152 and 1.0186; in bfloat16 (H200,
+# CUDA graphs) 2 ahead ran 1.0021 of 1 ahead's time and none ahead 1.0526
 AHEAD = gl.constexpr(1)
 # The store warps of each MMA warpgroup: 2 warps at 24 registers a thread, what two MMA warpgroups at 240 leave of the
 # SM's 64 K (3 warpgroups' 504 a thread at the launch's 168: fused_gluon.LAUNCH_REGISTERS); they write a row 8
@@ -50,18 +47,28 @@ def _round_tf32(v):
 @gluon.jit
 def _prefetch_folded(x_ptr, img, f, live, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, PH: gl.constexpr,
                      SH: gl.constexpr):
-    """Into L2, folded input row f of image img (its SH input rows of every channel: 3 × 4 rows of 896 B for L1 #50),
-    one 128-byte line a thread of the warpgroup."""
-    LINES: gl.constexpr = (W * 4 + 127) // 128
+    """Into L2, folded input row f of image img (its SH input rows of every channel: 3 × 4 rows of 896 B for L1 #50
+    in float32, 448 B in 16 bits), one 128-byte line a thread of the warpgroup."""
+    BYTES: gl.constexpr = x_ptr.dtype.element_ty.primitive_bitwidth // 8
+    LINES: gl.constexpr = (W * BYTES + 127) // 128
     gl.static_assert(C * SH * LINES <= 128, "one line a thread")
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     line = gl.arange(0, 128, layout=layout)
     c = line // (SH * LINES)
     h = SH * f - PH + (line // LINES) % SH
     ok = (line < C * SH * LINES) & (h >= 0) & (h < H) & live
-    at = gl.where(ok, (img.to(gl.int64) * C + c) * (H * W) + h * W + (line % LINES) * 32, 0)
+    at = gl.where(ok, (img.to(gl.int64) * C + c) * (H * W) + h * W + (line % LINES) * (128 // BYTES), 0)
     gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [x_ptr + at], dtype=gl.int32,
                               is_pure=False, pack=1)
+
+
+@gluon.jit
+def _operand(v, HALF: gl.constexpr):
+    """A gathered K step as the MMA takes it: float32 rounded to TF32 (_round_tf32), a 16-bit one as it is."""
+    if HALF:
+        return v
+    else:
+        return _round_tf32(v)
 
 
 @gluon.jit
@@ -96,17 +103,14 @@ def _hand_over(o1, o2, full, empty, acc, acc2, j, WHO: gl.constexpr):
 def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, row, OH: gl.constexpr,
                  OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
     """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, at `row`: in an NCHW output
-    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on L1 #50) is
-    marked evict_last. Marked evict_first, it ran 2 % faster before the store warps (0.3454 → 0.3387 ms on the
-    H200). With them, against evict_first at the prefetch 2 rows ahead (that kernel after
-    cuDNN, AHEAD says why that matters): evict_last 0.9664-0.9717 on the H200 and 0.9748-0.9810 on the H100, no hint
-    0.9698 and 0.9856-0.9941. On the H100 the gathers marked evict_first then ran 1.28x the plain loads' time, through
-    L2 only (.cg) 1.016x."""
+    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on L1 #50 in float32)
+    is marked evict_last: against evict_first, 0.9664-0.9717 of its time on the H200 and 0.9748-0.9810 on the H100."""
     m = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld)), 1)
     n = N0 + c + gl.expand_dims(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ld)), 0)
     v = buf.slice(c, CHUNK, dim=1).load(ld)
     if HAS_BIAS:
         v = v + gl.expand_dims(bias_s.slice(N0 + c, CHUNK).load(gl.SliceLayout(0, ld)), 0)
+    v = v.to(row.dtype.element_ty)  # the float32 sum plus the bias, rounded once to the output's dtype
     if OUT_CL:
         gl.store(row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_last")
     else:
@@ -119,15 +123,9 @@ def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, N
     """The store warps of MMA warpgroup WHO: each row it hands over (the rows of its range, in order) to the output.
     An NCHW row is written 32 consecutive columns of one channel a warp instruction (128 contiguous bytes; from the
     MMA layout a store covers 8 columns of 4 channels, 4 partial lines: 8 % slower), a channels_last
-    one 8 channels of 4 columns.
-
-    Issue 47: the MMA warpgroups stored their own rows before, each through a shared-memory round trip with its
-    barriers. With the rows stored here, side by side with that kernel in one process, bit for bit: L1 #50 0.2416 ms
-    against 0.2730 on the H200 (that kernel at 1.1387 of this one's time, 95 % 1.1312-1.1445), and 0.3003 against
-    0.2932 on the H100 (0.9797, 0.9750-0.9825: 2 % slower there; 1.0020 of it, 0.9983-1.0061, in an earlier run).
-    With the bias read from global memory for each chunk, as the MMA warpgroups read it, the store warps stalled on
-    it and the kernel ran no faster than before (H200 0.9956-1.0145 of it in four runs; H100 1.0045-1.0095): the bias
-    is staged in shared memory."""
+    one 8 channels of 4 columns. Against the MMA warpgroups storing their own rows: L1 #50 (float32) 0.2416 ms against
+    0.2730 on the H200, level on the H100 (docs/PERFORMANCE.md). The bias is staged in shared memory: read from global
+    memory for each chunk, the store warps stalled on it."""
     wg = gl.program_id(0) * NWG + WHO
     n_wg = gl.num_programs(0) * NWG
     lo = (wg * n_rows) // n_wg
@@ -154,8 +152,8 @@ def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, N
 @gluon.jit
 def _k_step(a, b, w1_res, w2_res, t, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, DA: gl.constexpr,
             DB: gl.constexpr, DC: gl.constexpr):
-    """One K step's MMAs (a: the gathered step, b: the same registers in the N2 MMA's operand layout, t: its index
-    among the tap's K steps) into the window's rows that the flags name, both column tiles, left running."""
+    """One K step's MMAs (a: the gathered step, b: its registers in the N2 MMA's operand layout, t: its index among
+    the tap's K steps) into the window's rows the flags name, both column tiles, left running."""
     if DA:
         acc_a = warpgroup_mma(a, w1_res.index(ta + t).permute((1, 0)), acc_a, is_async=True)
         acc_a2 = warpgroup_mma(b, w2_res.index(ta + t).permute((1, 0)), acc_a2, is_async=True)
@@ -171,9 +169,8 @@ def _k_step(a, b, w1_res, w2_res, t, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2, ac
 @gluon.jit
 def _column(a0, a1, a2, w1_res, w2_res, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2,
             dot_a2: gl.constexpr, DA: gl.constexpr, DB: gl.constexpr, DC: gl.constexpr):
-    """A gather's MMAs (3 K steps, both column tiles N1 and N2) into the window's rows that the flags name, waited for
-    (_window: why each column waits): tap (2, b) of row f - 2 (ta), (1, b) of row f - 1 (tb), (0, b) of row f (tc).
-    Each row's products keep their order whatever rows run."""
+    """A gather's MMAs (3 K steps, both column tiles) into the window's rows the flags name, waited for (_window): tap
+    (2, b) of row f - 2 (ta), (1, b) of row f - 1 (tb), (0, b) of row f (tc), in one order whatever rows run."""
     # the same registers in the N2 MMA's operand layout (checked at compile time: nothing moves)
     b0 = gl.convert_layout(a0, dot_a2, assert_trivial=True)
     b1 = gl.convert_layout(a1, dot_a2, assert_trivial=True)
@@ -192,11 +189,10 @@ def _column(a0, a1, a2, w1_res, w2_res, ta, tb, tc, acc_a, acc_b, acc_c, acc_a2,
 @gluon.jit
 def _step(x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img, f, i,
           steps, end, hi, n_rows, dot_a2: gl.constexpr, DA: gl.constexpr, DB: gl.constexpr, DC: gl.constexpr,
-          C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr,
-          SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
+          HALF: gl.constexpr, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, PH: gl.constexpr,
+          PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KWF: gl.constexpr):
     """Step i of a band (folded row f of image img): its KWF columns, each gathering the next while its MMAs (into the
-    rows DA, DB, DC: _column) run. c0, c1, c2: the step's first column, gathered by the step before; returns the
-    accumulators and the gather of the step after."""
+    rows DA, DB, DC: _column) run. c0, c1, c2: its first column; returns the accumulators and the next step's."""
     for b in range(KWF):
         # the gather ahead: this folded row's next column, the next folded row's first, or the next band's first
         # (where the band ends before the range does, the next image's row 0)
@@ -204,14 +200,13 @@ def _step(x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, ac
         wrap = (last_b & (i + 1 >= steps)).to(gl.int32)
         g_img = img + wrap * (end // OH - img)
         g_f = (f + last_b.to(gl.int32)) * (1 - wrap) + wrap * (end % OH)
-        # (the image clamped in the loop: with N - 1 hoisted out of the loop the
-        # binary ran 4 % slower, 0.2986-0.3012 ms against 0.2863-0.2895, the SASS differing in 2-3 integer
-        # instructions of a kind)
+        # (the image clamped in the loop: with N - 1 hoisted out of the loop the binary ran 4 % slower, 0.2986-0.3012
+        # ms against 0.2863-0.2895, the SASS differing in 2-3 integer instructions of a kind)
         m0, m1, m2 = _gather(x_at, col, rows_r, gl.minimum(g_img, n_rows // OH - 1), g_f, (b + 1) % KWF,
                              (wrap == 0) | (end < hi), C, H, W, PH, PW, SH, SW)
         acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2 = _column(
-            _round_tf32(c0), _round_tf32(c1), _round_tf32(c2), w1_res, w2_res, (2 * KWF + b) * C, (KWF + b) * C,
-            b * C, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, dot_a2, DA, DB, DC)
+            _operand(c0, HALF), _operand(c1, HALF), _operand(c2, HALF), w1_res, w2_res, (2 * KWF + b) * C,
+            (KWF + b) * C, b * C, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, dot_a2, DA, DB, DC)
         c0 = m0
         c1 = m1
         c2 = m2
@@ -226,30 +221,30 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
     bands that end at an image's last row or the range's end, each band walked down with a window of three rows.
 
     Folded input row f, tap column b, is tap (2, b) of output row f - 2, tap (1, b) of row f - 1 and tap (0, b) of row
-    f: it is gathered once and feeds three accumulator pairs (18 MMAs a gather; gathered once for each output row
-    that reads it, it fed 6, and the gathers bounded the call). After folded row f's KWF
-    columns, row f - 2 has all its taps: it is stored and the window moves down a row. A band of R rows takes R + 2
-    steps; the MMAs into the window's rows outside the band (above it in its first two steps, below it in its last
-    two) are skipped, 2 / (R + 2) of them (not computed and dropped). Each row's products are summed in
-    the order (tap row, tap column, channel), as fold_igemm sums them: the output is fold_igemm's bit for bit. Each
-    column's gather is issued while the previous column's MMAs run (the band's last gather the next band's first),
-    and each column then waits for its MMAs: MMAs left running across the loop's back edge gave wrong results (the
-    loop-carried A registers are not those the MMAs read), and so did the columns unrolled with the
-    wait deferred a column (48-62 registers spilled under triton 3.6).
+    f: it is gathered once and feeds three accumulator pairs (gathered once for each output row that reads it, it fed
+    a third of the MMAs, and the gathers bounded the call). After folded row f's KWF columns, row f - 2 has all its
+    taps: it is stored and the window moves down a row. A band of R rows takes R + 2 steps; the MMAs into the window's
+    rows outside the band (above it in its first two steps, below it in its last two) are skipped. Each row's products
+    are summed in the order (tap row, tap column, channel), as fold_igemm sums them: the output is fold_igemm's bit for
+    bit. Each column's gather is issued while the previous column's MMAs run (the band's last gather the next band's
+    first), and each column then waits for its MMAs: MMAs left running across the loop's back edge gave wrong results
+    (the loop-carried A registers are not those the MMAs read), and the columns unrolled with the wait deferred a
+    column spilled 48-62 registers (float32, triton 3.6).
 
-    Measured on L1 #50 side by side in one process: with the skip 0.2697 ms against 0.2952
-    on the H200 (0.9188, 95 % 0.9112-0.9251), 0.2841 against 0.2944 on the H100 (0.9659); the rows chosen for each
-    column instead of each step ran 1.2 % slower than no skip (H200). Without the skip and the store warps: 0.3116-0.3174
-    ms with two
-    warpgroups against 0.3203-0.3270 for one row a gather, 0.2869-0.2891 with the NCHW stores by channel; one
-    warpgroup 0.341; two rows a gather (four accumulators) 0.348-0.354; three warpgroups spill (88 registers at 168)
-    and take 0.77. Two warpgroups on the same rows with the channels split 64 + 32 ran 0.9671 without the skip and
-    1.0001 with it."""
+    Measured on L1 #50 (float32) side by side in one process: with the skip 0.2697 ms against 0.2952 on the H200,
+    0.2841 against 0.2944 on the H100; one warpgroup 0.341 against 0.3116-0.3174 for two (before the skip and the
+    store warps); three warpgroups spill (88 registers at 168) and take 0.77. In bfloat16 (H200) the gather issued
+    two columns ahead instead of one ran 1.032x slower (0.1669 against 0.1614 ms), with no spills."""
     gl.static_assert(C == 3, "the gather names three channels' K steps")
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 8])
-    mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, 8])
-    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
-    dot_a2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma2, k_width=1)
+    # A float32 K step is two TF32 wgmmas of K 8, each lane holding one element of a row's K run; a 16-bit one is a
+    # single wgmma of K 16, each lane holding pairs (k_width 2)
+    HALF: gl.constexpr = x_ptr.dtype.element_ty.primitive_bitwidth == 16
+    MMA_K: gl.constexpr = 16 if HALF else 8
+    K_WIDTH: gl.constexpr = 2 if HALF else 1
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, MMA_K])
+    mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N2, MMA_K])
+    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=K_WIDTH)
+    dot_a2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma2, k_width=K_WIDTH)
     wg = gl.program_id(0) * NWG + WHO
     n_wg = gl.num_programs(0) * NWG
     lo = (wg * n_rows) // n_wg
@@ -259,7 +254,14 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
     k = gl.expand_dims(gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, dot_a)), 0)
     rows_r = k // SW
     x_at = x_ptr + (rows_r * W + SW * ow + k % SW)
-    col = gl.where(ow < OW, SW * ow + k % SW - PW, W + 2 * SW * KWF)  # ow past the image: past W for every tap
+    # In 16 bits a lane holds K pairs (k, k + 1) of one input row (k_width 2). With an even padding and width a pair
+    # lies on one side of each of the image's edges, so its mask is its first element's, constant over the pair, and
+    # the pair loads as one 32-bit word (with a mask per element, ptxas loaded each element on its own)
+    if HALF and (PW % 2 == 0) and (W % 2 == 0):
+        k_mask = (k // 2) * 2
+    else:
+        k_mask = k
+    col = gl.where(ow < OW, SW * ow + k_mask % SW - PW, W + 2 * SW * KWF)  # ow past the image: past W for every tap
 
     mbarrier.wait(wbar.index(0), 0)  # the weight is resident
     r = lo
@@ -286,27 +288,27 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
             if (i >= 2) & (i < rows):
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, True, True, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, True, True, True, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             elif i == 0:
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, False, False, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, False, False, True, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             elif (i == 1) & (rows >= 2):
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, False, True, True, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, False, True, True, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             elif i == 1:
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, False, True, False, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, False, True, False, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             elif i == rows:
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, True, True, False, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, True, True, False, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             else:
                 acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, c0, c1, c2 = _step(
                     x_at, col, rows_r, w1_res, w2_res, c0, c1, c2, acc_a, acc_b, acc_c, acc_a2, acc_b2, acc_c2, img,
-                    f, i, steps, end, hi, n_rows, dot_a2, True, False, False, C, H, W, OH, PH, PW, SH, SW, KWF)
+                    f, i, steps, end, hi, n_rows, dot_a2, True, False, False, HALF, C, H, W, OH, PH, PW, SH, SW, KWF)
             # row f - 2 has all its taps from the band's third step on: hand it over, move the window down a row
             if i >= 2:
                 _hand_over(o1, o2, full, empty, acc_a, acc_a2, r + i - 2 - lo, WHO)
@@ -333,20 +335,21 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
     gl.static_assert(KHF == 3, "the window holds three rows: smaller kernels are folded with zero rows to 3")
     gl.static_assert(NWG <= 2, "one or two MMA warpgroups: three spill (168 registers a thread)")
     KSTEPS: gl.constexpr = KHF * KWF * C
-    w1_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N1, BLOCK_K], w1_desc.layout)
-    w2_res = gl.allocate_shared_memory(gl.float32, [KSTEPS, N2, BLOCK_K], w2_desc.layout)
+    # the weight in the input's dtype: 162 KB in float32, 81 KB in 16 bits
+    w1_res = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [KSTEPS, N1, BLOCK_K], w1_desc.layout)
+    w2_res = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [KSTEPS, N2, BLOCK_K], w2_desc.layout)
     wbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    # A finished row of each MMA warpgroup, [column, channel] (24 KB), the columns contiguous and swizzled in fours by
-    # the channel's row of 8: the warpgroup's writes from the MMA layout and the store warps' reads of 32 columns of
-    # a channel each meet 32 banks. With the weight, 211 KB for two warpgroups: more than the 75 % carveout asks
-    # (fused_gluon.CARVEOUT), which the driver then raises to fit
+    # A finished row of each MMA warpgroup in float32, [column, channel] (24 KB), the columns contiguous and swizzled
+    # in fours by the channel's row of 8 so that the MMA layout's writes and the store warps' reads of 32 columns of a
+    # channel meet 32 banks. Two warpgroups' with the weight: 211 KB in float32 (past the 75 % carveout asked,
+    # fused_gluon.CARVEOUT, which the driver raises to fit), 130 KB in 16 bits
     out_layout: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, order=[0, 1])
     o1_0 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N1], out_layout)
     o2_0 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N2], out_layout)
     bias_s = gl.allocate_shared_memory(gl.float32, [128], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if HAS_BIAS:  # staged once for the store warps (read from global memory for each chunk, they stalled on it)
         ch = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        bias_s.store(gl.load(b_ptr + ch, mask=ch < C_OUT, other=0.0))
+        bias_s.store(gl.load(b_ptr + ch, mask=ch < C_OUT, other=0.0).to(gl.float32))
     full = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())  # a row handed over
     empty = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())  # its buffer read
     for who in gl.static_range(NWG):
@@ -357,9 +360,8 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
     for t in gl.static_range(KSTEPS):
         _tma_load(w1_desc, [0, t * BLOCK_K], wbar.index(0), w1_res.index(t))
         _tma_load(w2_desc, [N1, t * BLOCK_K], wbar.index(0), w2_res.index(t))
-    # The partitions' argument tuples are spelled out: built by tuple concatenation, the constexprs reach _window as
-    # runtime values and its static_assert fails to compile (triton 3.6). Each warpgroup's buffers are allocated on
-    # their own: a 3-d buffer's index() keeps a rank-3 swizzled layout that triton 3.6 refuses for the 2-d view
+    # The argument tuples are spelled out (concatenated, the constexprs reach _window as runtime values: triton 3.6),
+    # and each warpgroup's buffers allocated on their own (triton 3.6 refuses a 3-d buffer's index() as a 2-d view)
     if NWG == 1:
         gl.warp_specialize([
             (_window, (x_ptr, w1_res, w2_res, wbar, o1_0, o2_0, full, empty, n_rows, 0, NWG, C, H, W, OH, OW, PH, PW,
@@ -379,16 +381,19 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
         ], [4, STORE_WARPS, STORE_WARPS], [REGS, STORE_REGS, STORE_REGS])
 
 
-def weight_layouts() -> tuple:
-    """The shared-memory layouts of the weight's two column tiles, [N1, 16] and [N2, 16]."""
-    return (gl.NVMMASharedLayout.get_default_for([N1.value, BLOCK_K.value], gl.float32),
-            gl.NVMMASharedLayout.get_default_for([N2.value, BLOCK_K.value], gl.float32))
+def weight_layouts(dtype=gl.float32) -> tuple:
+    """The shared-memory layouts of the weight's two column tiles, [N1, 16] and [N2, 16], in `dtype` (Gluon's)."""
+    return (gl.NVMMASharedLayout.get_default_for([N1.value, BLOCK_K.value], dtype),
+            gl.NVMMASharedLayout.get_default_for([N2.value, BLOCK_K.value], dtype))
+
+
+GL_DTYPES = {"float32": gl.float32, "bfloat16": gl.bfloat16, "float16": gl.float16}
 
 
 def descriptors(wp) -> tuple:
-    """TMA descriptors of the packed weight [N1 + N2, K] (kernels/variants/fused_gluon.pack_weight) in its two column tiles."""
+    """TMA descriptors of the packed weight [N1 + N2, K] (fused_gluon.pack_weight) in its two column tiles."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    l1, l2 = weight_layouts()
+    l1, l2 = weight_layouts(GL_DTYPES[str(wp.dtype).removeprefix("torch.")])
     return (TensorDescriptor.from_tensor(wp, [N1.value, BLOCK_K.value], l1),
             TensorDescriptor.from_tensor(wp, [N2.value, BLOCK_K.value], l2))
