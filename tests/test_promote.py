@@ -93,11 +93,14 @@ def test_promote_replaces_a_slow_pin_and_ignores_failed_stale_and_other_device_r
 
 
 def test_promote_keeps_the_pin_when_the_gain_is_below_min_gain(capsys, tmp_path, store, pins_file):
+    """`promote.min_gain` reaches the decision: no gain on the interpreter clears 10000 %. Which contender times faster
+    there depends on the machine's load (in a loaded suite the pin once did), and either way the pin stays; the rule
+    itself is checked on fixed rounds in tests/test_contest.py."""
     record(store, FAST, 0.5)
     before = pins_file.read_text()
     status, out = promote_here(capsys, store, pins_file, "promote.min_gain=100")
     assert status == 0
-    assert "decision: KEEP: gain" in out and "< 10000 %" in out
+    assert re.search(r"decision: KEEP: (gain -?[0-9.]+ % < 10000 %|the current pin is the fastest contender)", out), out
     assert pins_file.read_text() == before
 
 
