@@ -1,7 +1,8 @@
 """`convtune.nn.Conv2d`: a drop-in for torch.nn.Conv2d (same constructor, parameters and state_dict) that runs
 what the pins say on the CUDA tensors the kernel supports (convtune's Triton kernel with the pinned
 configuration, or torch's convolution where a pin says torch won) and torch's own convolution elsewhere;
-`convtune.nn.convert(model)` swaps a model's convolutions in place and reports what each will run."""
+`convtune.nn.convert(model)` swaps a model's convolutions in place, folds the batch norms that follow them
+(library/fold_bn.py) and reports what each will run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
-from convtune.library import call_key, functional
+from convtune.library import call_key, fold_bn, functional
 from convtune.library import dispatch
 from convtune.library.call_key import default_precision
 from convtune.library.functional import conv2d, decision
@@ -45,6 +46,9 @@ class Conv2d(torch.nn.Conv2d):
     # (functional._SIZES_TELL: before torch 2.13 it keeps the operator; a bfloat16 autocast AlexNet on the H200, torch
     # 2.11, ran 0.73x compiled torch with its three eagerly pinned layers so).
     _compiled_torch: Optional[int] = None
+    # Set by convert (in the instance's __dict__, so that it is no submodule: the state_dict keeps its keys): the batch
+    # norm this layer's calls that record no gradients fold in (library/fold_bn.py)
+    _bn: Optional[torch.nn.BatchNorm2d] = None
 
     _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
 
@@ -82,6 +86,9 @@ class Conv2d(torch.nn.Conv2d):
             weight, bias = params["weight"], params["bias"]
         else:  # a subclass, or weight_norm and the like moved a parameter: ordinary attribute lookup
             weight, bias = self.weight, self.bias
+        bn = self._bn
+        if bn is not None and fold_bn.folds(self, bn, x):
+            weight, bias = fold_bn.folded_params(self, bn)
         tf32 = cudnn_allows_tf32()
         training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
@@ -109,7 +116,7 @@ class Conv2d(torch.nn.Conv2d):
                 self._kernel_for = kernel_sig  # after the call: one that raised leaves no shortcut
                 return out
             self._torch_for = sig
-        return super().forward(x)
+        return self._conv_forward(x, weight, bias)
 
     def _autocast(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                   training: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
@@ -156,6 +163,7 @@ class Swap:
     runs: str
     left: bool = False
     decided: dict[str, Any] = field(default_factory=dict)
+    pattern: str = "conv"  # what the layer became: "conv", or "conv+bn" with the batch norm it folds (its name)
 
 
 class Report(list):
@@ -164,18 +172,23 @@ class Report(list):
     def __str__(self) -> str:
         width = max([len(s.name) for s in self] + [5])
         lines = [f"{'layer':<{width}}  runs", f"{'-' * width}  ----"]
-        lines += [f"{s.name:<{width}}  {s.runs}   [{s.layer}]" for s in self]
+        lines += [f"{s.name:<{width}}  {s.runs}   [{s.pattern}: {s.layer}]" for s in self]
         ours, torch_ = (sum(s.runs.startswith(w) for s in self) for w in ("convtune", "torch"))
         idle = len(self) - ours - torch_
         left = sum(s.left for s in self)
+        folds = sum(s.pattern != "conv" for s in self)
         return "\n".join(lines + [f"{len(self) - left} convolution(s) swapped"
                                   + (f" and {left} left as torch.nn.Conv2d" if left else "")
                                   + f": {ours} run convtune's kernel, {torch_} torch's"
-                                  + (f", {idle} not called by the example input" if idle else "")])
+                                  + (f", {idle} not called by the example input" if idle else "")
+                                  + (f"; {folds} fold a batch norm" if folds else "")
+                                  + (f"; no batch norm folded: {self.unfolded}" if self.unfolded else "")])
+
+    unfolded: Optional[str] = None  # why convert looked for no batch norm to fold
 
 
 def convert(model: torch.nn.Module, example_input: Any = None, *,
-            leave_torch_layers: Optional[bool] = None) -> Report:
+            leave_torch_layers: Optional[bool] = None, fold_bn_layers: bool = False) -> Report:
     """Make the torch.nn.Conv2d layers of `model` convtune.nn.Conv2d, in place (parameters, buffers and hooks
     stay as they are; subclasses of nn.Conv2d are left alone): all of them, or with an `example_input` all but
     those that run torch for it (`leave_torch_layers`, below). Returns the report: per convolution, whether
@@ -191,7 +204,15 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     the kernel cannot take at all), goes back to torch.nn.Conv2d, so that it costs
     no host time over torch's at all (convtune's module checks each call's signature: about 3 us a call on
     the H200's host, 1 % of a batch-32 ResNet-50 train step, which waits on the host; benchmarks/
-    train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes."""
+    train_step_ab.py). Such a layer then runs torch for every input, whatever the pins say for other shapes.
+
+    `fold_bn_layers` (off by default): each torch.nn.BatchNorm2d whose only input is a convolution's output, that
+    output going nowhere else (found by tracing the model with torch.fx), is folded into that convolution for the eager
+    calls that record no gradients (library/fold_bn.py); training and compiled calls run both as torch does. A layer
+    that folds one is never left as torch.nn.Conv2d, and the pins decide it as the convolution with a bias that it then
+    computes. Off by default because it does not win everywhere: ResNet-50 b32 on the H200 ran 1.29x eager torch under
+    bfloat16 autocast with it, level in float32, and 0.92x torch.compile(model) compiled (its modules stay convtune's,
+    where convert otherwise leaves torch's)."""
     if leave_torch_layers not in (None, True, False):
         raise ValueError(f"leave_torch_layers={leave_torch_layers!r}: give True, False or None (on with an "
                          "example_input)")
@@ -199,22 +220,32 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
         raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
     if leave_torch_layers is None:
         leave_torch_layers = example_input is not None
+    pairs, unfolded = fold_bn.conv_bn_pairs(model) if fold_bn_layers else ([], None)
     swapped = []
     for name, module in model.named_modules():
         if type(module) is torch.nn.Conv2d:
             module.__class__ = Conv2d  # a subclass with no state of its own: nothing else to move
         if isinstance(module, Conv2d):
             swapped.append((name, module))
+    modules = dict(model.named_modules())
+    folding = {}
+    for conv_name, bn_name in pairs:
+        if isinstance(modules[conv_name], Conv2d):
+            modules[conv_name].__dict__["_bn"] = modules[bn_name]
+            modules[bn_name].__class__ = fold_bn.FoldedBatchNorm2d
+            folding[conv_name] = bn_name
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
+    report.unfolded = unfolded
     for name, m in swapped:
         runs, torch_in_every_mode, decided = _runs(m, seen.get(name), example_input is not None)
         m._compiled_torch = dispatch.generation if decided.get("compiled") == TORCH else None
-        left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d
+        left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d and m._bn is None
         if left:
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
-        report.append(Swap(name, repr(m), runs, left, decided))
+        pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
+        report.append(Swap(name, repr(m), runs, left, decided, pattern))
     return report
 
 
@@ -232,7 +263,7 @@ def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[Conv
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        m.bias is not None, dtype=dtype_name(x), init="randn", layout=call_key.call_layout(x, m.weight))
+                        _has_bias(m), dtype=dtype_name(x), init="randn", layout=call_key.call_layout(x, m.weight))
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 
@@ -275,11 +306,11 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, d
         return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), \
             False, {}
     try:
-        d = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision())
+        d = decision(x, m.weight, _has_bias(m), m.stride, m.padding, m.dilation, default_precision())
         value, source = d.value, d.source
         t = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), training=True)
-        in_training = (t.value, t.source)
-        c = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), compiled=True)
+        in_training = (t.value, t.source)  # training folds nothing: the layer's own bias
+        c = decision(x, m.weight, _has_bias(m), m.stride, m.padding, m.dilation, default_precision(), compiled=True)
     except UnsupportedProblem as e:
         return f"torch: {e}", True, {}
     # the source says which rule decided (library/dispatch.py), and why; a kernel's line names it and its configuration
@@ -294,3 +325,8 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, d
                                             "torch (no pin measured under compile: tune_model.py compile=true)")
     decided = {"eager": value, "train": in_training[0], "compiled": c.value}
     return runs, all(v == TORCH for v in decided.values()), decided
+
+
+def _has_bias(m: torch.nn.Module) -> bool:
+    """Whether the layer's calls without gradients compute with a bias: its own, or a folded batch norm's."""
+    return m.bias is not None or getattr(m, "_bn", None) is not None

@@ -1,0 +1,129 @@
+"""convert folds each batch norm that follows a convolution into it, for the calls that record no gradients
+(library/fold_bn.py): the folded parameters are the float64 fold rounded once, the pairs are found by tracing the model
+(torchvision's ResNet blocks as tests/tiny_models restates them), the batch norm then passes its input through, and
+training or any call that records gradients runs both modules as torch does. CPU, torch's convolution."""
+
+import copy
+
+import pytest
+import torch
+
+import convtune
+from convtune.library import fold_bn
+from tests.tiny_models import BasicBlock, Bottleneck, tiny_resnet
+
+FOLDED = {"0": "1", "3.conv1": "3.bn1", "3.conv2": "3.bn2", "3.downsample.0": "3.downsample.1", "4.conv1": "4.bn1",
+          "4.conv2": "4.bn2", "4.conv3": "4.bn3"}
+
+
+def converted(**kw):
+    model = tiny_resnet()
+    ref = copy.deepcopy(model)
+    report = convtune.nn.convert(model, torch.rand(2, 3, 16, 16), **{"fold_bn_layers": True, **kw})
+    return model, ref, report
+
+
+def passes(model):
+    """Per batch norm, whether its last call handed its input on unchanged."""
+    seen = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, out is args[0]))
+    return seen
+
+
+def test_the_pairs_are_found_by_tracing_and_the_report_names_them():
+    model, _, report = converted()
+    assert {s.name: s.pattern for s in report} == {**{c: f"conv+bn ({b})" for c, b in FOLDED.items()}, "5.conv": "conv"}
+    assert "7 fold a batch norm" in str(report) and "[conv+bn (3.bn1): Conv2d(8, 16" in str(report)
+    assert isinstance(dict(model.named_modules())["3.bn1"], fold_bn.FoldedBatchNorm2d)
+    assert type(dict(model.named_modules())["5.bn"]) is torch.nn.BatchNorm2d  # its conv's output is used twice
+    assert list(model.state_dict()) == list(tiny_resnet().state_dict())  # the same keys: checkpoints still load
+    pairs, why = fold_bn.conv_bn_pairs(torch.nn.Sequential(BasicBlock(4, 4), Bottleneck(4, 1)))
+    assert why is None and pairs == [("0.conv1", "0.bn1"), ("0.conv2", "0.bn2"), ("1.conv1", "1.bn1"),
+                                     ("1.conv2", "1.bn2"), ("1.conv3", "1.bn3")]
+
+
+def test_the_folded_weight_and_bias_are_the_float64_fold_rounded_once():
+    model, _, _ = converted()
+    conv, bn = model[3].conv1, model[3].bn1
+    w, b = fold_bn.folded_params(conv, bn)
+    s = bn.weight.double() / (bn.running_var.double() + bn.eps).sqrt()
+    assert torch.equal(w, (conv.weight.double() * s[:, None, None, None]).float())
+    assert torch.equal(b, (bn.bias.double() - bn.running_mean.double() * s).float())
+    w0, b0 = fold_bn.folded_params(model[0], model[1])  # a convolution with its own bias
+    s0 = model[1].weight.double() / (model[1].running_var.double() + model[1].eps).sqrt()
+    assert torch.equal(b0, (model[1].bias.double() + (model[0].bias.double() - model[1].running_mean.double()) * s0).float())
+
+
+def test_in_eval_without_gradients_the_batch_norms_pass_through_and_the_output_is_torchs():
+    model, ref, _ = converted()
+    model.eval(), ref.eval()
+    seen = passes(model)
+    x = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
+    assert {n for n, through in seen.items() if through} == set(FOLDED.values()) and seen["5.bn"] is False
+
+
+@pytest.mark.parametrize("mode", ["train", "eval with gradients", "eval, frozen convolutions"])
+def test_calls_that_record_gradients_fold_nothing_and_match_torch_bit_for_bit(mode):
+    model, ref, _ = converted()
+    for m in (model, ref):
+        m.train(mode == "train")
+        if mode == "eval, frozen convolutions":  # the batch norms' parameters still record gradients
+            for c in m.modules():
+                if isinstance(c, torch.nn.Conv2d):
+                    c.requires_grad_(False)
+    seen = passes(model)
+    x = torch.rand(2, 3, 16, 16)
+    out, theirs = model(x), ref(x)
+    assert torch.equal(out, theirs) and not any(seen.values())
+    out.sum().backward(), theirs.sum().backward()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None) and (p.grad is None or torch.equal(p.grad, q.grad)), n
+    if mode == "train":  # the running statistics moved as torch's did
+        assert torch.equal(model[1].running_mean, ref[1].running_mean)
+
+
+def test_the_fold_follows_a_change_of_the_statistics_and_parameters():
+    model, ref, _ = converted()
+    model.eval(), ref.eval()
+    x = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        model(x)
+        for m in (model, ref):
+            m[3].bn2.running_var.mul_(3.0)
+            m[4].conv2.weight.add_(0.25)
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
+
+
+def test_by_default_and_in_an_untraceable_model_nothing_is_folded():
+    model = tiny_resnet()
+    report = convtune.nn.convert(model, torch.rand(2, 3, 16, 16))
+    assert all(s.pattern == "conv" for s in report) and report.unfolded is None and "batch norm" not in str(report)
+    assert type(model[1]) is torch.nn.BatchNorm2d
+
+    class Branchy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(self.conv(x)) if x.sum() > 0 else x  # control flow on a value: fx cannot trace it
+
+    report = convtune.nn.convert(Branchy(), torch.rand(1, 3, 8, 8), fold_bn_layers=True)
+    assert [s.pattern for s in report] == ["conv"]
+    assert report.unfolded.startswith("not traced by torch.fx (TraceError") and report.unfolded in str(report)
+
+
+def test_compiled_calls_fold_nothing_and_trace_as_torchs_modules():
+    """Under torch.compile both modules run as torch's (fold_bn: folded in the graph, ResNet-50 ran 0.905x compiled
+    torch): the graph computes what the unconverted model does, bit for bit with the eager backend."""
+    model, ref, _ = converted()
+    model.eval(), ref.eval()
+    x = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        model(x)  # an eager call folds and keeps the folded parameters: the traced one must not use them
+        out = torch.compile(model, backend="eager", fullgraph=True)(x)
+        assert torch.equal(out, ref(x))
