@@ -3,7 +3,8 @@ models (random weights, no download), eval forwards, TF32 as torch's default, in
 the median per-turn ratio and its 95 % bootstrap interval).
 
     python benchmarks/compiled_models.py [--models resnet50:32,resnet18:128,vgg16:32,alexnet:256] [--turns 40]
-        [--layout nchw|channels_last] [--autocast bfloat16|float16] [--first-use] [--eager-pins-in-graph] [--append]
+        [--layout nchw|channels_last] [--autocast bfloat16|float16] [--first-use] [--eager-pins-in-graph] [--fold-bn]
+        [--append]
 
 Rows per model: eager torch, eager convert(model), torch.compile(model), torch.compile(convert(model)) as the library
 decides compiled calls (a "+compiled" pin, else aten's convolution in the graph). The pins are what the library reads
@@ -14,6 +15,7 @@ convolution as convtune's operator, cuDNN inside it where the pin says torch), w
 the library before its calls were decided in context. --autocast runs every forward (convert's example one too) under
 torch.autocast in that dtype: the float32 models as users run them in half precision. --append writes the rows to
 benchmarks/results/compiled_models.csv (with --autocast, to a file of its own beside it, named for autocast).
+--fold-bn converts with the batch norms folded (convert's fold_bn_layers).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
     ours = copy.deepcopy(base)
     t0 = time.perf_counter()
     with autocast():
-        report = convtune.nn.convert(ours, example_input=x)
+        report = convtune.nn.convert(ours, example_input=x, fold_bn_layers=args.fold_bn)
     print(f"\n## {name} b{batch} {args.layout}: convert {time.perf_counter() - t0:.1f} s", flush=True)
     on_kernel = [s for s in report if s.decided.get("eager") not in (None, pins.TORCH)]
     in_graph = [s for s in report if s.decided.get("compiled") not in (None, pins.TORCH)]
@@ -114,7 +116,8 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
         peer = "compiled torch" if config.startswith("compiled") else "eager torch"
         r = ab.ratio(times, config, peer) if config != peer else None
         row = {"model": name, "batch": batch, "layout": args.layout,
-               **({"autocast": args.autocast} if args.autocast else {}), "config": config,
+               **({"autocast": args.autocast} if args.autocast else {}),
+               "config": config + (" (fold bn)" if args.fold_bn and "convert" in config else ""),
                "pins": "first use" if args.first_use else "CONVTUNE_PINS" if os.environ.get("CONVTUNE_PINS") else
                "packaged", "layers_on_kernel": len(
                    in_graph if config == "compiled convert" else on_kernel if config != peer else []),
@@ -123,7 +126,7 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
                "interval": f"{1 / r.high:.4f}-{1 / r.low:.4f}" if r else "",
                "compile_s": round(compile_s.get(config, 0.0), 1)}
         rows.append(row)
-        print(f"| {name} b{batch} | {config} | {row['median_ms']:.3f} ms | {row['speedup_vs_peer']:.3f}x {peer} "
+        print(f"| {name} b{batch} | {row['config']} | {row['median_ms']:.3f} ms | {row['speedup_vs_peer']:.3f}x {peer} "
               f"({row['interval'] or 'peer'}) | {row['layers_on_kernel']} layers | compile {row['compile_s']} s |",
               flush=True)
     return rows
@@ -138,6 +141,7 @@ def main() -> int:
     ap.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
                     help="every forward under torch.autocast in this dtype")
     ap.add_argument("--first-use", action="store_true", help="a fresh overlay, with tuning on first use")
+    ap.add_argument("--fold-bn", action="store_true", help="convert folds batch norms (fold_bn_layers=True)")
     ap.add_argument("--eager-pins-in-graph", action="store_true", help="also the eager pins' kernels in the graph")
     ap.add_argument("--append", action="store_true", help="append the rows to results/compiled_models.csv")
     args = ap.parse_args()
