@@ -211,8 +211,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     calls that record no gradients (library/fold_bn.py); training and compiled calls run both as torch does. A layer
     that folds one is never left as torch.nn.Conv2d, and the pins decide it as the convolution with a bias that it then
     computes. Off by default because it does not win everywhere: ResNet-50 b32 on the H200 ran 1.29x eager torch under
-    bfloat16 autocast with it, level in float32, and 0.92x torch.compile(model) compiled (its modules stay convtune's,
-    where convert otherwise leaves torch's)."""
+    bfloat16 autocast with it, level in float32, and 0.92-0.95x torch.compile(model) compiled: the graph is torch's, but
+    its modules stay convtune's (convert otherwise hands such layers back to torch's), and each compiled call pays host
+    time for them."""
     if leave_torch_layers not in (None, True, False):
         raise ValueError(f"leave_torch_layers={leave_torch_layers!r}: give True, False or None (on with an "
                          "example_input)")
