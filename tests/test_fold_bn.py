@@ -53,7 +53,8 @@ def test_the_folded_weight_and_bias_are_the_float64_fold_rounded_once():
     assert torch.equal(b, (bn.bias.double() - bn.running_mean.double() * s).float())
     w0, b0 = fold_bn.folded_params(model[0], model[1])  # a convolution with its own bias
     s0 = model[1].weight.double() / (model[1].running_var.double() + model[1].eps).sqrt()
-    assert torch.equal(b0, (model[1].bias.double() + (model[0].bias.double() - model[1].running_mean.double()) * s0).float())
+    shift0 = model[1].bias.double() + (model[0].bias.double() - model[1].running_mean.double()) * s0
+    assert torch.equal(b0, shift0.float())
 
 
 def test_in_eval_without_gradients_the_batch_norms_pass_through_and_the_output_is_torchs():
@@ -127,3 +128,30 @@ def test_compiled_calls_fold_nothing_and_trace_as_torchs_modules():
         model(x)  # an eager call folds and keeps the folded parameters: the traced one must not use them
         out = torch.compile(model, backend="eager", fullgraph=True)(x)
         assert torch.equal(out, ref(x))
+
+
+def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
+    """A compiled call evaluates every guard of its graph on the host. A converted layer's traced forward reached
+    torch's through zero-argument super(), whose __class__ cell dynamo guards for each layer (CLOSURE_MATCH): 49 more
+    guards for 48 layers, and a CPU model of 48 convolutions took 339.7 us a compiled call (Inductor) against torch's
+    332.0. Calling the base class's forward by name leaves a constant number, whatever the layers."""
+    from collections import Counter
+
+    from tests.tiny_models import Bottleneck
+
+    torch.manual_seed(0)
+    x = torch.rand(1, 16, 2, 2)
+
+    def closure_guards(model):
+        with torch.no_grad():
+            guards = torch._dynamo.explain(model)(x).out_guards
+        torch._dynamo.reset()
+        return Counter(g.create_fn_name() for g in guards)["CLOSURE_MATCH"]
+
+    blocks = [Bottleneck(16, 4) for _ in range(4)]  # 12 convolutions, 12 batch norms
+    kept, folded = (torch.nn.Sequential(*copy.deepcopy(blocks)).eval() for _ in range(2))
+    convtune.nn.convert(kept, x, leave_torch_layers=False)
+    convtune.nn.convert(folded, x, leave_torch_layers=False, fold_bn_layers=True)
+    ref = closure_guards(torch.nn.Sequential(*copy.deepcopy(blocks)).eval())
+    assert closure_guards(kept) - ref <= 2 and closure_guards(folded) - ref <= 4, (ref, closure_guards(kept),
+                                                                                    closure_guards(folded))
