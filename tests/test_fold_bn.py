@@ -99,6 +99,11 @@ def test_the_fold_follows_a_change_of_the_statistics_and_parameters():
         torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
 
 
+def test_fold_bn_layers_takes_a_bool_only():
+    with pytest.raises(ValueError, match=r"fold_bn_layers='yes': give True or False \(off by default\)"):
+        convtune.nn.convert(tiny_resnet(), fold_bn_layers="yes")
+
+
 def test_by_default_and_in_an_untraceable_model_nothing_is_folded():
     model = tiny_resnet()
     report = convtune.nn.convert(model, torch.rand(2, 3, 16, 16))
@@ -155,3 +160,44 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
     ref = closure_guards(torch.nn.Sequential(*copy.deepcopy(blocks)).eval())
     assert closure_guards(kept) - ref <= 2 and closure_guards(folded) - ref <= 4, (ref, closure_guards(kept),
                                                                                     closure_guards(folded))
+
+
+@pytest.mark.parametrize("pinned_key_has_bias", [True, False])
+def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tmp_path, monkeypatch,
+                                                                              pinned_key_has_bias):
+    """The pins decide a folded layer by the call it makes (with the folded bias): a kernel pin of that key runs the
+    kernel on the folded weight and bias (Triton's interpreter here), matching the unconverted model; a pin of the
+    layer's own key (no bias) does not decide its folded calls, which then run torch."""
+    from convtune import pins
+    from convtune.kernels import Meta
+    from convtune.library import dispatch, functional
+    from convtune.pins import overlay
+    from convtune.problem import ConvProblem
+
+    f = tmp_path / "pins.yaml"
+    pins.create_empty(f)
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)).eval()
+    model[1].running_mean.uniform_(-0.5, 0.5)
+    model[1].running_var.uniform_(0.5, 2.0)
+    ref = copy.deepcopy(model)
+    key = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, pinned_key_has_bias).key()
+    pins.write_pin(f, "interpreter", "implicit_gemm", pins.pin_key(key, "tf32"),
+                   pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2)), {"rule": "test"})
+    dispatch.forget()
+    try:
+        x = torch.rand(1, 3, 8, 8)
+        report = convtune.nn.convert(model, x, fold_bn_layers=True)
+        assert report[0].pattern == "conv+bn (1)"
+        assert report[0].runs.startswith("convtune" if pinned_key_has_bias else "torch"), report[0].runs
+        dispatch.forget()
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x), rtol=2e-3, atol=2e-3)  # tf32: the kernel rounds to TF32
+        assert bool(functional.cached_plans()) is pinned_key_has_bias  # the kernel's plan, made for the folded call
+    finally:
+        dispatch.forget()

@@ -19,6 +19,8 @@ def for_dtype(precision: str, dtype: str) -> str:
     whatever that mode says (torch's allow_tf32 does not touch a half-precision convolution either), so it is always
     `tf32`, torch's default: one run and one pin per half-precision shape, not one per float32 mode."""
     return "tf32" if dtype in HALF_DTYPES else precision
+
+
 LAYOUTS = ("nchw", "channels_last")
 
 

@@ -12,7 +12,7 @@ import torch
 
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import torch_conv
-from convtune.kernels.conv_args import TORCH_DTYPES
+from convtune.kernels.conv_args import DTYPE_NAMES, TORCH_DTYPES
 
 # What some kernel of convtune takes (kernels.base.DTYPES); each variant's Host checks its own
 TAKEN_DTYPES = tuple(TORCH_DTYPES.values())
@@ -63,7 +63,7 @@ def autocast_dtype(input: torch.Tensor, traced: bool = False) -> Optional[torch.
     kind = input.device.type
     if traced:
         name = _traced_autocast(kind)
-        return getattr(torch, name) if name and input.is_floating_point() else None
+        return TORCH_DTYPES[name] if name and input.is_floating_point() else None
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) and input.is_floating_point() else None
 
 
@@ -74,7 +74,7 @@ def _traced_autocast(device_type: str) -> str:
     trace."""
     if not torch.is_autocast_enabled(device_type):
         return ""
-    return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+    return DTYPE_NAMES[torch.get_autocast_dtype(device_type)]
 
 
 def call_layout(input: torch.Tensor, weight: torch.Tensor) -> str:

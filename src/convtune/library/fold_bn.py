@@ -24,6 +24,7 @@ hence convert folds only when asked.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Optional
 
 import torch
@@ -118,10 +119,7 @@ def conv_bn_pairs(model: torch.nn.Module) -> tuple[list[tuple[str, str]], Option
     except Exception as e:  # fx raises what the model's Python does: control flow on values, unsupported calls
         return [], f"not traced by torch.fx ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     modules = dict(model.named_modules())
-    calls: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.op == "call_module":
-            calls[node.target] = calls.get(node.target, 0) + 1
+    calls = Counter(node.target for node in graph.nodes if node.op == "call_module")
     pairs = []
     for node in graph.nodes:
         if node.op != "call_module" or not isinstance(modules.get(node.target), torch.nn.Conv2d):

@@ -1,8 +1,8 @@
 """`convtune.nn.Conv2d`: a drop-in for torch.nn.Conv2d (same constructor, parameters and state_dict) that runs
 what the pins say on the CUDA tensors the kernel supports (convtune's Triton kernel with the pinned
 configuration, or torch's convolution where a pin says torch won) and torch's own convolution elsewhere;
-`convtune.nn.convert(model)` swaps a model's convolutions in place, folds the batch norms that follow them
-(library/fold_bn.py) and reports what each will run."""
+`convtune.nn.convert(model)` swaps a model's convolutions in place, folds the batch norms that follow them where
+asked to (library/fold_bn.py) and reports what each will run."""
 
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ class Conv2d(torch.nn.Conv2d):
         precision = call_key.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
-        sig = (x.shape, x.dtype, x.device, dispatch.generation, tf32, training)
+        # bias presence too: a layer that folds a batch norm calls with a bias, and without one where it does not fold
+        sig = (x.shape, x.dtype, x.device, dispatch.generation, tf32, training, bias is None)
         if sig == self._torch_for:
             return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, 1)
         kernel_sig = sig + (x.is_contiguous(), weight.dtype, None if bias is None else bias.dtype)
@@ -220,6 +221,8 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     if leave_torch_layers not in (None, True, False):
         raise ValueError(f"leave_torch_layers={leave_torch_layers!r}: give True, False or None (on with an "
                          "example_input)")
+    if fold_bn_layers not in (True, False):
+        raise ValueError(f"fold_bn_layers={fold_bn_layers!r}: give True or False (off by default)")
     if leave_torch_layers and example_input is None:
         raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
     if leave_torch_layers is None:
