@@ -21,6 +21,7 @@ JITFunction.run = lambda self, *args, grid=None, warmup=False, **kwargs: launche
 
 from convtune.kernels import Meta  # noqa: E402
 from convtune.kernels import VARIANTS  # noqa: E402
+from convtune.kernels.epilogue import Epilogue, pack_vectors  # noqa: E402
 from convtune.problem import ConvProblem  # noqa: E402
 
 
@@ -66,9 +67,12 @@ def main() -> int:
             x = x.contiguous(memory_format=torch.channels_last)
         w = torch.rand(p.out_channels, p.in_channels, p.kernel_h, p.kernel_w, dtype=dtype)
         b = torch.rand(p.out_channels, dtype=dtype) if p.bias else None
+        ep = Epilogue(p.epilogue, pack_vectors(p.epilogue, [(w.new_ones(p.out_channels),) * 2] * len(p.epilogue)),
+                      x.new_zeros((1,) + p.output_shape[1:]) if "add" in p.epilogue else None)
         first = len(launches)
         try:
-            VARIANTS[name].launch(x, w, b, p.stride, p.padding, p.dilation, Meta(**meta), precision)
+            VARIANTS[name].launch(x, w, b, p.stride, p.padding, p.dilation, Meta(**meta), precision,
+                                  **({"epilogue": ep} if p.epilogue else {}))
         except (UnsupportedProblem, ConfigError) as e:  # the variant's own refusal: it never launches this
             print(json.dumps(dict(variant=name, meta=Meta(**meta).short(), refused=str(e)[:200])), flush=True)
             continue
@@ -79,7 +83,8 @@ def main() -> int:
                             (name, Meta(**meta).short(), fn, sig, cx, opts))
     for name, short, fn, sig, cx, opts in seen.values():
         for capability, limit in targets:
-            row = dict(variant=name, meta=short, kernel=fn.__name__, capability=capability, limit=limit)
+            row = dict(variant=name, meta=short, kernel=fn.__name__, capability=capability, limit=limit,
+                       epilogue=cx.get("EPILOGUE", 0))
             try:
                 compiled = triton.compile(ASTSource(fn, sig, cx), target=GPUTarget("cuda", capability, 32),
                                           options=opts)

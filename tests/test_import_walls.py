@@ -20,7 +20,8 @@ THIRD_PARTY_BANNED = {
     "launch": {"torch", "triton", "mlflow"},
 }
 CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room always)
-    "kernels": {"convtune.errors", "convtune.strict_yaml"},
+    # the problem's vocabulary (the epilogue ops a kernel fuses), pure and torch-free
+    "kernels": {"convtune.errors", "convtune.strict_yaml", "convtune.problem"},
     "measure": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.record", "convtune.config",
                 "convtune.pins"},
     "track": {"convtune.record", "convtune.interrupts", "convtune.errors"},

@@ -20,7 +20,9 @@ from tests import preloaded
 ROOT = Path(__file__).resolve().parents[1]
 # (compute capability, shared memory a block may have, bytes): CUDA's limits for sm_80 and sm_89
 TARGETS = [(80, 166912), (89, 101376)]
-SUITE = [ConvProblem.from_mapping(yaml.safe_load(p.read_text())) for p in sorted((ROOT / "conf/problem").glob("*.yaml"))]
+# the convolutions of conf/problem/ (a fused problem's convolution is compiled with its chain below, once)
+SUITE = [p for p in (ConvProblem.from_mapping(yaml.safe_load(f.read_text()))
+                     for f in sorted((ROOT / "conf/problem").glob("*.yaml"))) if not p.epilogue]
 
 
 def _jobs():
@@ -44,6 +46,16 @@ def _jobs():
                 meta = v.default_meta(q.out_channels, q.stride[1], q.width, "tf32")
                 if v.compute_capability == (9, 0) and v.interpreted:
                     hopper_only.append((name, q, meta.as_dict(), "tf32", True))
+    # each variant that fuses epilogues, with every op: a chain of six in float32 NCHW, the rest in bfloat16
+    # channels_last (at its default on a ResNet-50 layer)
+    p = next(p for p in SUITE if p.name == "resnet50_layer2_3x3")
+    for name, v in sorted(VARIANTS.items()):
+        if v.epilogues and v.runs_on((8, 9)):
+            for chain, layout, dtype in ((("bias", "bn", "add", "relu", "relu6", "silu"), "nchw", "float32"),
+                                         (("gelu", "hardswish", "leaky_relu"), "channels_last", "bfloat16")):
+                q = dataclasses.replace(p, layout=layout, dtype=dtype, epilogue=chain)
+                jobs.append((name, q, v.default_meta(q.out_channels, q.stride[1], q.width, "tf32").as_dict(), "tf32",
+                             False))
     data = pins.load(pins.PACKAGE_PINS)
     for sections in data["pins"].values():
         for section, entries in sections.items():
@@ -69,7 +81,8 @@ def _problem_of(key):
 def _mapping(p):
     return dict(name=p.name or "pin", batch=p.batch, in_channels=p.in_channels, height=p.height, width=p.width,
                 out_channels=p.out_channels, kernel_h=p.kernel_h, kernel_w=p.kernel_w, stride=list(p.stride),
-                padding=list(p.padding), dilation=list(p.dilation), bias=p.bias, layout=p.layout, dtype=p.dtype)
+                padding=list(p.padding), dilation=list(p.dilation), bias=p.bias, layout=p.layout, dtype=p.dtype,
+                epilogue=list(p.epilogue))
 
 
 @pytest.mark.slow
@@ -89,6 +102,10 @@ def test_what_the_library_may_choose_on_sm80_and_sm89_compiles_there_and_hopper_
     assert {"implicit_gemm", "fold_igemm"} <= {row["variant"] for row in ours} <= {"implicit_gemm", "fold_igemm", "seed"}
     assert len(ours) >= 20
     assert [row for row in ours if "error" in row] == []  # every one compiles for sm_80 and sm_89
+    fusing = {n for n, v in VARIANTS.items() if v.epilogues and v.runs_on((8, 9))}
+    assert "implicit_gemm" in fusing
+    assert {(row["variant"], row["capability"]) for row in ours if row["epilogue"]} == {
+        (n, cap) for n in fusing for cap, _ in TARGETS}  # the fused binaries are among them
     # A configuration over a GPU's shared memory a block is not run there: the first-use contest refuses its launch
     # ("cannot run here": test_dispatch), and no pin of those GPUs names it. Measured here: fold_igemm's 4-stage tiles.
     too_big = {(row["variant"], row["meta"], row["capability"]) for row in ours if row["shared"] > row["limit"]}

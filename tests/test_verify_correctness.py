@@ -72,11 +72,17 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
     pairs = [(n, p) for n, v in sorted(VARIANTS.items()) if v.interpreted for p in PRECISIONS if v.runs_precision(p)]
     pairs += [(n, "float16") for n, v in sorted(VARIANTS.items()) if v.interpreted and v.takes_dtype("float16")]
     assert {n for n, p in pairs if p == "float16"} >= {"implicit_gemm", "fold_igemm", "nhwc_igemm", "nchw_1x1"}
-    assert f"verify: {2 * len(pairs)} cases (2 per variant × precision or dtype, seed 7) on interpreter" in out
+    # and one case with a random epilogue (a quarter of --shapes, at least one) per variant that fuses one and dtype
+    fused = [(n, "tf32" if d == "float32" else d) for n, v in sorted(VARIANTS.items()) if v.interpreted and v.epilogues
+             for d in ("float32", "float16") if v.takes_dtype(d)]
+    assert {n for n, _ in fused} >= {"implicit_gemm"}
+    total = 2 * len(pairs) + len(fused)
+    assert f"verify: {total} cases (2 per variant × precision or dtype, seed 7) on interpreter" in out
     for n, v in VARIANTS.items():
         for p in PRECISIONS + ("float16", "bfloat16"):
             assert (f"| {n} | {p} | 2 |" in out) == ((n, p) in pairs), (n, p)
-    assert out.strip().endswith(f"0 failure(s) in {2 * len(pairs)} cases")
+            assert (f"| {n} | {p} fused | 1 |" in out) == ((n, p) in fused), (n, p)
+    assert out.strip().endswith(f"0 failure(s) in {total} cases")
 
 
 def test_verify_refuses_an_unknown_precision_in_one_line(capsys):

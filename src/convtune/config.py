@@ -89,6 +89,8 @@ class ProblemConfig:
     dtype: str = "float32"
     init: str = "rand"  # input distribution: rand (uniform [0,1), as KernelBench) or randn
     layout: str = "nchw"  # the input's memory format: nchw or channels_last (the output follows it, as in torch)
+    # what follows the convolution in the same kernel, in order: ops of convtune.problem.EPILOGUE_OPS ([] = none)
+    epilogue: List[str] = field(default_factory=list)
     description: str = ""
 
 

@@ -23,6 +23,31 @@ def for_dtype(precision: str, dtype: str) -> str:
 
 LAYOUTS = ("nchw", "channels_last")
 
+# What may follow a convolution (and its own bias) in one kernel, applied in order to the float32 sums before the one
+# rounding to the output's dtype and the one store: `bias` adds a per-channel vector, `bn` a per-channel scale and
+# shift (an eval batch norm), `add` a residual tensor of the output's shape and layout, the rest are torch's
+# activations at their defaults (gelu exact, leaky_relu's slope 0.01).
+ACTIVATIONS = ("relu", "relu6", "silu", "gelu", "hardswish", "leaky_relu")
+EPILOGUE_OPS = ("bias", "bn") + ACTIVATIONS + ("add",)
+MAX_EPILOGUE_OPS = 6  # a kernel takes the chain as one constexpr of 4 bits an op (int32)
+LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default
+
+
+def parse_epilogue(value: Any, key: str = "problem.epilogue") -> tuple[str, ...]:
+    """A chain as a tuple of op names, from a list (`[bn, add, relu]`) or a comma-separated string (`bn,add,relu`);
+    empty: the convolution alone. At most one `add` (a kernel reads one residual) and MAX_EPILOGUE_OPS ops."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ()
+    ops = [s.strip() for s in value.split(",")] if isinstance(value, str) else [str(s).strip() for s in value]
+    unknown = [op for op in ops if op not in EPILOGUE_OPS]
+    if unknown:
+        raise ConfigError(key, list(ops), f"ops from {list(EPILOGUE_OPS)} (unknown: {unknown})")
+    if ops.count("add") > 1:
+        raise ConfigError(key, list(ops), "at most one `add` (a kernel reads one residual tensor)")
+    if len(ops) > MAX_EPILOGUE_OPS:
+        raise ConfigError(key, list(ops), f"at most {MAX_EPILOGUE_OPS} ops")
+    return tuple(ops)
+
 
 @dataclass(frozen=True)
 class ConvProblem:
@@ -44,6 +69,7 @@ class ConvProblem:
     dtype: str = "float32"
     init: str = "rand"
     layout: str = "nchw"  # the input's memory format: nchw (contiguous) or channels_last (NHWC in memory)
+    epilogue: tuple[str, ...] = ()  # what follows the convolution and its bias, in order (parse_epilogue)
 
     @staticmethod
     def from_mapping(m: Any) -> "ConvProblem":
@@ -55,6 +81,8 @@ class ConvProblem:
                 if len(v) != 2:
                     raise ConfigError(f"problem.{key}", v, "a pair [height, width]")
                 d[key] = (int(v[0]), int(v[1]))
+        if "epilogue" in d:
+            d["epilogue"] = parse_epilogue(d["epilogue"])
         p = ConvProblem(**d)
         p.validate()
         return p
@@ -73,6 +101,8 @@ class ConvProblem:
             raise ConfigError("problem.layout", self.layout, f"one of {list(LAYOUTS)} (the input's memory format)")
         if self.init not in ("rand", "randn"):
             raise ConfigError("problem.init", self.init, "'rand' (uniform [0,1), as KernelBench) or 'randn'")
+        if parse_epilogue(self.epilogue) != tuple(self.epilogue):
+            raise ConfigError("problem.epilogue", self.epilogue, "a tuple of op names")
         if self.groups != 1:
             raise UnsupportedProblem(f"problem.groups={self.groups} is not supported yet (only 1)")
         if self.out_h < 1 or self.out_w < 1:
@@ -107,23 +137,34 @@ class ConvProblem:
         return 2 * self.batch * self.out_channels * self.out_h * self.out_w * self.in_channels * self.kernel_h * self.kernel_w
 
     @property
+    def output_elems(self) -> int:
+        return self.batch * self.out_channels * self.out_h * self.out_w
+
+    @property
     def min_bytes(self) -> int:
-        """The fewest bytes any kernel must move: input, weight, bias read once, output written once."""
+        """The fewest bytes a kernel that fuses the epilogue must move: input, weight, bias and the epilogue's vectors
+        and residual read once, output written once."""
+        vectors = sum(2 if op == "bn" else 1 for op in self.epilogue if op in ("bias", "bn"))
         elems = (self.batch * self.in_channels * self.height * self.width
                  + self.out_channels * self.in_channels * self.kernel_h * self.kernel_w
-                 + (self.out_channels if self.bias else 0)
-                 + self.batch * self.out_channels * self.out_h * self.out_w)
+                 + self.out_channels * ((1 if self.bias else 0) + vectors)
+                 + self.output_elems * (2 if "add" in self.epilogue else 1))
         return elems * DTYPE_BYTES[self.dtype]
 
     def key(self) -> str:
-        """The problem's identity, without its name: shape, strides/layout, dtype, bias."""
+        """The problem's identity, without its name: shape, strides/layout, dtype, bias, and the epilogue where it has
+        one (the keys of problems without one are those pins and runs recorded before the key existed)."""
         s, p, d = self.stride, self.padding, self.dilation
         return (f"n{self.batch}-c{self.in_channels}-h{self.height}-w{self.width}-k{self.out_channels}"
                 f"-r{self.kernel_h}x{self.kernel_w}-s{s[0]}x{s[1]}-p{p[0]}x{p[1]}-d{d[0]}x{d[1]}-g{self.groups}"
-                f"-{'bias' if self.bias else 'nobias'}-{self.layout}-{self.dtype}")
+                f"-{'bias' if self.bias else 'nobias'}-{self.layout}-{self.dtype}"
+                + (f"-then-{'.'.join(self.epilogue)}" if self.epilogue else ""))
 
     def params(self) -> dict[str, Any]:
         """Flat `problem.*` params for the tracker."""
         out = {f"problem.{k}": (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        del out["problem.epilogue"]
+        if self.epilogue:  # a run of the convolution alone records none, as before the key existed
+            out["problem.epilogue"] = ",".join(self.epilogue)
         out.update({"problem.out_h": self.out_h, "problem.out_w": self.out_w})
         return out

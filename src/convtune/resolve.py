@@ -19,7 +19,7 @@ from typing import Any, Iterable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from convtune.config import ProblemConfig
-from convtune.errors import ConfigError
+from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.problem import ConvProblem, for_dtype
 from convtune.record import META_KEYS, Identity, Param, Tag
 from convtune.track.store import resolve_uri
@@ -309,6 +309,10 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
             s.problem = replace(s.problem, dtype=enum_value(cfg.dtype))
         s.precision = for_dtype(s.precision, s.problem.dtype)
         s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
+        if not s.variant.fuses(s.problem.epilogue):
+            fusing = sorted(n for n, v in kernels.VARIANTS.items() if v.fuses(s.problem.epilogue))
+            raise UnsupportedProblem(f"kernel {s.variant.name} does not fuse the epilogue {','.join(s.problem.epilogue)}; "
+                                     f"kernels that do: {', '.join(fusing) or 'none'}")
         gpu = cfg.promote.device_name or s.gpu
         s.pins_path, s.pins_read = pins_files(cfg, s.cwd, gpu)
         s.configured_meta, s.configured_source, s.variant = measured_config(

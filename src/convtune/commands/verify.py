@@ -17,6 +17,8 @@ any layout (any_layout), the input and output laid out NCHW or channels_last. A 
 (Triton's OutOfResources) is counted as skipped, not failed. Each variant runs the precisions and on the devices it
 declares (KernelVariant.precisions, .compute_capability; a Hopper-only variant is left out elsewhere), and a variant
 restricted to a family of shapes draws its cases from that family itself (KernelVariant.draw_case, in its module).
+A variant that fuses epilogues (KernelVariant.epilogues) also runs --fused cases per dtype, each with a random chain
+of 1-4 of its ops, judged against torch running the convolution and then each op.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     from convtune.kernels.precision import rounds_operands
 
     dev = torch.device("cuda" if device == "cuda" else "cpu")
+    from convtune.kernels.epilogue import as_kwargs
+    from convtune.measure.one_config import make_epilogue
+
     p, x, w, b = case_tensors(case, dev)
+    ep = make_epilogue(p, case.seed, dev)
     variant = get_variant(case.variant)
     meta = Meta(**case.meta) if case.meta else variant.default_meta(case.k, case.stride[1], case.w, case.precision)
     fmt = torch.channels_last if case.layout == "channels_last" else torch.contiguous_format
@@ -51,7 +57,8 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
     start = time.monotonic()
     try:
-        launched = variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out)
+        launched = variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out,
+                                  **as_kwargs(ep))
         result["llvm_opt"] = launched.llvm_opt
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -61,7 +68,7 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
         kind = "skipped" if type(e).__name__ == "OutOfResources" or "out of memory" in str(e) else "error"
         return {**result, "outcome": kind, "message": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
     launched_s = time.monotonic() - start
-    v = judge(out, p, x, w, b, case.precision, tolerance(case.precision, p.dtype), check="float64")
+    v = judge(out, p, x, w, b, case.precision, tolerance(case.precision, p.dtype), check="float64", epilogue=ep)
     if v.ok and "was off by" in v.tags["float64_reference"]:  # right, by the CPU's reference
         return {**result, "outcome": "bad_reference", "message": f"{v.message}; reference: {v.tags['float64_reference']}",
                 "launch_s": launched_s}
@@ -76,7 +83,7 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     elif mismatch and case.precision == "tf32" and v.metrics["torch_rel_err"] < 1e-5:
         outcome = "cudnn_ran_fp32"  # torch chose a true-fp32 algorithm here: no TF32 rounding to agree with
     elif mismatch and rounds_operands(case.precision):
-        extra = _against_rounding_rule(out, p, x, w, b, case)
+        extra = _against_rounding_rule(out, p, x, w, b, case, ep)
         outcome = "cudnn_rounds_otherwise" if extra.pop("follows_rule") else "torch_mismatch"
         message += (f"; vs the exact result of operands rounded to nearest TF32: ours {extra['ours_vs_rounded_exact']:.2g},"
                     f" torch's {extra['torch_vs_rounded_exact']:.2g}")
@@ -86,20 +93,24 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
             **{k: v.metrics.get(k) for k in ("rel_err", "max_abs_err_vs_torch", "torch_rel_err")}, **extra}
 
 
-def _against_rounding_rule(out: Any, p: Any, x: Any, w: Any, b: Any, case: Case) -> dict[str, Any]:
+def _against_rounding_rule(out: Any, p: Any, x: Any, w: Any, b: Any, case: Case, ep: Any) -> dict[str, Any]:
     """For a `tf32` output that misses torch's by KernelBench's allclose: which of the two computes what cuDNN's
     rounding rule predicts (operands rounded to nearest TF32, ties broken as the variant breaks them, products
     summed exactly)?"""
     import torch.nn.functional as F
 
+    import torch
+
     from convtune.kernels import get_variant
+    from convtune.kernels.epilogue import torch_chain
     from convtune.kernels.precision import host_rounding
     from convtune.measure.correctness import torch_output
 
     rounding = host_rounding(get_variant(case.variant).tf32_ties)
     exact = F.conv2d(rounding(x).double(), rounding(w).double(), None if b is None else b.double(),
                      p.stride, p.padding, p.dilation)
-    theirs, _ = torch_output(p, x, w, b, case.precision)
+    exact = torch_chain(exact, ep, torch.float64) if ep.chain else exact
+    theirs, _ = torch_output(p, x, w, b, case.precision, ep)
     return follows_rounding_rule(out, theirs, exact)
 
 
@@ -173,7 +184,8 @@ def report(results: list[dict[str, Any]], strict_torch: bool) -> tuple[str, int]
 
     lines, rows, failures, expected = [], {}, 0, 0
     for r in results:
-        key = (r["variant"], r["precision"] if r.get("dtype", "float32") == "float32" else r["dtype"])
+        key = (r["variant"], (r["precision"] if r.get("dtype", "float32") == "float32" else r["dtype"])
+               + (" fused" if r.get("epilogue") else ""))
         row = rows.setdefault(key, {o: 0 for o in ("cases",) + OUTCOMES})
         row["cases"] += 1
         row[r["outcome"]] += 1
@@ -275,6 +287,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--dtypes", default=None, help="comma-separated: float32, bfloat16, float16; default: all (on the "
                     "interpreter: float32 and float16, it computes bfloat16 wrong); a 16-bit dtype runs the variants "
                     "that declare it")
+    ap.add_argument("--fused", type=int, default=None, help="cases per variant that fuses epilogues × dtype, each with "
+                    "a random chain of the ops it declares (default: a quarter of --shapes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1, help="processes (compiling dominates on a GPU: one per core helps)")
     ap.add_argument("--device", choices=["auto", "cuda", "interpreter"], default="auto")
@@ -331,7 +345,9 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{torch.cuda.get_device_name() if device == 'cuda' else device}", file=sys.stderr)
         return 2
     shapes = a.shapes if a.shapes is not None else (1000 if device == "cuda" else 8)
-    cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter", dtypes=tuple(dtypes))
+    fused = a.fused if a.fused is not None else max(1, shapes // 4)
+    cases = make_cases(variants, precisions, shapes, a.seed, small=device == "interpreter", dtypes=tuple(dtypes),
+                       fused=fused)
     if a.replay:
         cases = read_cases(a.replay, tuple(o for o in OUTCOMES if o not in ("ok", "skipped")))
     gpu = torch.cuda.get_device_name() if device == "cuda" else "interpreter"

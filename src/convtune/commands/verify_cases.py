@@ -46,6 +46,7 @@ class Case:
     seed: int
     layout: str = "nchw"  # the input's and the output's: nchw or channels_last
     dtype: str = "float32"  # the tensors' (a bfloat16 or float16 case runs at precision tf32: problem.for_dtype)
+    epilogue: tuple[str, ...] = ()  # what the kernel fuses after the convolution (convtune.problem.EPILOGUE_OPS)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Case":
@@ -59,7 +60,8 @@ class Case:
                 f"r={self.kh}x{self.kw} s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]} "
                 f"d={self.dilation[0]}x{self.dilation[1]} bias={int(self.bias)} offset={self.offset} init={self.init} "
                 f"meta={meta}" + (f" layout={self.layout}" if self.layout != "nchw" else "")
-                + (f" dtype={self.dtype}" if self.dtype != "float32" else ""))
+                + (f" dtype={self.dtype}" if self.dtype != "float32" else "")
+                + (f" epilogue={','.join(self.epilogue)}" if self.epilogue else ""))
 
 
 def _out(size: int, k: int, s: int, p: int, d: int) -> int:
@@ -127,7 +129,7 @@ def case_tensors(case: Case, dev: Any) -> tuple[Any, Any, Any, Any]:
 
     g = torch.Generator(device=dev).manual_seed(case.seed)
     p = ConvProblem("verify", case.n, case.c, case.h, case.w, case.k, case.kh, case.kw, case.stride, case.padding,
-                    case.dilation, 1, case.bias, dtype=case.dtype)
+                    case.dilation, 1, case.bias, dtype=case.dtype, layout=case.layout, epilogue=tuple(case.epilogue))
     dtype = getattr(torch, case.dtype)  # float32, bfloat16 or float16, as torch names them
     draw = torch.rand if case.init == "rand" else torch.randn
     storage = draw(case.offset + case.n * case.c * case.h * case.w, generator=g, device=dev).to(dtype)
@@ -155,13 +157,32 @@ def read_cases(path: str, outcomes: Optional[tuple[str, ...]] = None) -> list[Ca
     return cases
 
 
+def draw_chain(rng: random.Random, ops: tuple[str, ...]) -> tuple[str, ...]:
+    """A random epilogue of 1 to 4 ops taken from `ops` (a variant's epilogues), at most one of them `add`."""
+    chain: list[str] = []
+    for _ in range(rng.randint(1, 4)):
+        chain.append(rng.choice([op for op in ops if op != "add" or "add" not in chain]))
+    return tuple(chain)
+
+
 def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: int, small: bool,
-               dtypes: tuple[str, ...] = ("float32",)) -> list[Case]:
+               dtypes: tuple[str, ...] = ("float32",), fused: int = 0) -> list[Case]:
     """`shapes` cases per variant and float32 precision it runs (KernelVariant.precisions), and per 16-bit dtype of
-    `dtypes` it takes (KernelVariant.dtypes; at precision tf32, what a 16-bit problem records)."""
+    `dtypes` it takes (KernelVariant.dtypes; at precision tf32, what a 16-bit problem records); and for a variant that
+    fuses epilogues, `fused` more per dtype, each with a random chain of them (draw_chain) at precision tf32."""
     from convtune.kernels import VARIANTS
 
     cases = []
+    for v in variants:
+        ops = VARIANTS[v].epilogues or ()
+        for dtype in (d for d in dtypes if ops and fused and VARIANTS[v].takes_dtype(d)):
+            if not VARIANTS[v].runs_precision("tf32"):
+                continue
+            rng = random.Random(f"{seed}/{v}/{dtype}/epilogue")
+            for i in range(fused):
+                case = draw_case(rng, shapes + i, v, "tf32", small)
+                case.dtype, case.epilogue = dtype, draw_chain(rng, tuple(ops))
+                cases.append(case)
     for v in variants:
         for prec in (p for p in precisions if VARIANTS[v].runs_precision(p) and "float32" in dtypes):
             rng = random.Random(f"{seed}/{v}/{prec}")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from convtune.kernels import llvm_opt
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import Launched
+from convtune.problem import EPILOGUE_OPS
 
 if TYPE_CHECKING:
     from convtune.kernels.host import Host
@@ -83,8 +84,6 @@ class Space:
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # what a variant may take (KernelVariant.dtypes)
-# what a variant may fuse after the convolution, applied in registers before the store (KernelVariant.epilogues)
-EPILOGUES = ("bias", "bn", "relu", "relu6", "silu", "gelu", "hardswish", "leaky_relu", "add")
 TF32_TIE_RULES = ("away", "even")  # how `tf32` breaks rounding ties (kernels/precision.py)
 
 
@@ -119,10 +118,11 @@ class KernelVariant:
     # verify's case draw for a restricted variant: (rng, small) → a case's fields in its family (shape, stride,
     # padding, ...: commands/verify_cases.Case); None: the general draw
     draw_case: Optional[Callable[..., dict]] = None
-    # the precisions it runs (None: every one, precision.PRECISIONS), the dtypes it takes, the epilogues it fuses
+    # the precisions it runs (None: every one, precision.PRECISIONS), the dtypes it takes, the epilogue ops it fuses
+    # after the convolution's own bias (which every variant adds)
     precisions: Optional[tuple[str, ...]] = None
     dtypes: Optional[tuple[str, ...]] = None  # None: its library Host's (float32 where it has none)
-    epilogues: tuple[str, ...] = ("bias",)
+    epilogues: Optional[tuple[str, ...]] = None  # None: its library Host's (none where it has none)
     # the CUDA compute capability it needs on a GPU (None: any GPU); whether the interpreter runs it is `interpreted`
     compute_capability: Optional[tuple[int, int]] = None
     interpreted: bool = True  # whether the Triton interpreter runs it (tests on CPU): Gluon kernels it cannot
@@ -154,8 +154,10 @@ class KernelVariant:
             refuse("entry_points", "must name the jit kernels it launches (llvm_opt's one-time check covers them)")
         if self.dtypes is None:  # frozen: set once, as it is declared
             object.__setattr__(self, "dtypes", tuple(self.library.dtypes) if self.library is not None else ("float32",))
+        if self.epilogues is None:
+            object.__setattr__(self, "epilogues", tuple(self.library.epilogues) if self.library is not None else ())
         for field, values, allowed in (("precisions", self.precisions or (), PRECISIONS), ("dtypes", self.dtypes, DTYPES),
-                                       ("epilogues", self.epilogues, EPILOGUES)):
+                                       ("epilogues", self.epilogues, EPILOGUE_OPS)):
             unknown = [v for v in values if v not in allowed]
             if unknown or (field == "dtypes" and not values):
                 refuse(field, f"must be taken from {list(allowed)}" + (f", not {unknown}" if unknown else ""))
@@ -166,6 +168,9 @@ class KernelVariant:
             refuse("launch and prepared", "must be its library Host's (library.launch, library.prepared)")
         if self.library is not None and tuple(self.dtypes) != tuple(self.library.dtypes):
             refuse("dtypes", f"must be its library Host's ({list(self.library.dtypes)}): the Host's launch checks them")
+        if self.library is not None and tuple(self.epilogues) != tuple(self.library.epilogues):
+            refuse("epilogues", f"must be its library Host's ({list(self.library.epilogues)}): the Host's launch "
+                                "checks them")
         for field in ("serves", "bind"):
             if getattr(self, field) is not None and self.library is None:
                 refuse(field, "needs `library`: only a variant the library runs can serve a call or bind one")
@@ -177,6 +182,10 @@ class KernelVariant:
 
     def takes_dtype(self, dtype: str) -> bool:
         return dtype in self.dtypes  # type: ignore[operator]
+
+    def fuses(self, chain: tuple[str, ...]) -> bool:
+        """Whether it fuses every op of an epilogue chain (the empty chain: every variant)."""
+        return all(op in self.epilogues for op in chain)  # type: ignore[operator]
 
     def runs_precision(self, precision: str) -> bool:
         return self.precisions is None or precision in self.precisions

@@ -24,6 +24,13 @@ def rounding_source() -> str:
             + source_of(prec.round_to_tf32, prec.round_tf32))
 
 
+def epilogue_source() -> str:
+    """The epilogue's jit functions (kernels/epilogue.py), which an exported kernel calls (with no chain: EPILOGUE=0)."""
+    from convtune.kernels import epilogue
+
+    return source_of(epilogue._apply_op, epilogue.apply_epilogue)
+
+
 def pinned_block(m: dict, precision: str, provenance: str, p: Any) -> str:
     from convtune.kernels import precision as prec
 

@@ -6,7 +6,9 @@ A variant supplies three functions and gets `launch` (one checked call, as the t
 - `plan(x, geometry, has_bias, meta, precision, out_channels_last, **options)`: its LaunchPlan, or
   UnsupportedProblem / ConfigError in one line (`without_input` adapts a make_plan that needs no look at `x`);
 - `kernel_input(x, plan)`: the input as the kernel reads it (a copy into its layout, rounded, or `x` itself);
-- `run(plan, x, weight, bias, out)`: the launch on checked tensors, returning (compiled kernel, LLVM level).
+- `run(plan, x, weight, bias, out)`: the launch on checked tensors, returning (compiled kernel, LLVM level); a variant
+  that fuses epilogues (`Host.epilogues`) takes the call's kernels.epilogue.Epilogue after `out` when it has a chain,
+  and its plan the chain as `chain`.
 
 `BoundLaunches` is the per-variant cache behind `run`: a binary's first launch is checked once on one random image
 (kernels/llvm_opt: why) and then bound past Triton's per-call dispatch (runner.bound_runner: why). `one_image` makes
@@ -23,6 +25,7 @@ import torch
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.conv_args import check_conv_inputs, check_out, dtype_name, geometry, writes_channels_last
+from convtune.kernels.epilogue import Epilogue
 from convtune.kernels.meta import Meta
 from convtune.kernels.precision import kernel_precision
 from convtune.kernels.runner import Launched, bound_runner
@@ -50,6 +53,7 @@ class Host:
     channels_last: bool = False
     weight_as_is: bool = False
     dtypes: tuple[str, ...] = ("float32",)  # what it takes (its KernelVariant.dtypes); the output has the input's
+    epilogues: tuple[str, ...] = ()  # the epilogue ops it fuses (its KernelVariant.epilogues)
 
     def plan_for(self, x: torch.Tensor, g: Any, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
                  **options: Any) -> Plan:
@@ -59,11 +63,18 @@ class Host:
 
     def checked_plan(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                      padding: Any, dilation: Any, meta: Meta, precision: str, out: Optional[torch.Tensor], groups: int,
-                     **options: Any) -> tuple[Plan, torch.Tensor]:
+                     epilogue: Optional[Epilogue] = None, **options: Any) -> tuple[Plan, torch.Tensor]:
         """Every check of a call, its plan, and its output: `out` checked (NCHW or channels_last), or allocated in the
         variant's layout once the plan has accepted the call, in the input's dtype. A 16-bit call is planned at
-        precision.kernel_precision's `tf32_trunc` whatever `precision` says (float32's math mode)."""
+        precision.kernel_precision's `tf32_trunc` whatever `precision` says (float32's math mode). An `epilogue` with
+        a chain must be one the variant fuses, its tensors fit for the output."""
         check_conv_inputs(x, weight, bias, groups, contiguous=False, dtypes=self.dtypes)
+        if epilogue is not None and epilogue.chain:
+            unfused = [op for op in epilogue.chain if op not in self.epilogues]
+            if unfused:
+                fuses = f"fuses {', '.join(self.epilogues)} only" if self.epilogues else "fuses no epilogue"
+                raise UnsupportedProblem(f"the kernel {fuses}, not {', '.join(unfused)}")
+            options["chain"] = epilogue.chain
         for name, t in (("weight", weight if self.weight_as_is else None), ("bias", bias)):
             if t is not None and not t.is_contiguous():  # every kernel reads the bias by its pointer
                 raise UnsupportedProblem(f"{name} must be contiguous; call .contiguous() first")
@@ -71,6 +82,8 @@ class Host:
         shape = (g.n, g.c_out, g.oh, g.ow)
         if out is not None:
             check_out(x, out, shape, channels_last_ok=True)
+        if epilogue is not None and epilogue.chain:
+            epilogue.check(shape, x.dtype, x.device)
         layout = torch.channels_last if self.channels_last else torch.contiguous_format
         # the layout is read off the tensor as it will be: for C_out or OH·OW of 1 the two layouts are one
         out_cl = writes_channels_last(out if out is not None else torch.empty(shape, device="meta",
@@ -82,29 +95,35 @@ class Host:
 
     def launch(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
                dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-               groups: int = 1, **options: Any) -> Launched:
+               groups: int = 1, epilogue: Optional[Epilogue] = None, **options: Any) -> Launched:
         """Check, plan, allocate (unless `out` is given) and launch once. An input the kernel does not read as it is
-        gets its copy (kernel_input) inside this call, and so inside any timing of it. `options`: the variant's
-        make_plan's own."""
+        gets its copy (kernel_input) inside this call, and so inside any timing of it. `epilogue`: what follows the
+        convolution in the same kernel (kernels/epilogue.py). `options`: the variant's make_plan's own."""
         plan, out = self.checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups,
-                                      **options)
-        compiled, level = self.run(plan, self.kernel_input(x, plan), weight, bias, out)
+                                      epilogue, **options)
+        compiled, level = self.run(plan, self.kernel_input(x, plan), weight, bias, out, *_fused(epilogue))
         return Launched.from_compiled(out, compiled, level)
 
     def prepared(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any,
                  padding: Any, dilation: Any, meta: Meta, precision: str = "tf32", out: Optional[torch.Tensor] = None,
-                 groups: int = 1, **options: Any) -> Callable[[], torch.Tensor]:
+                 groups: int = 1, epilogue: Optional[Epilogue] = None, **options: Any) -> Callable[[], torch.Tensor]:
         """`launch` as the library makes it once a call signature has its plan (convtune.library.functional): every
         check and the plan here, once; the returned call gives the kernel its input and launches, writing `out`
         (allocated here if None). The contest times this call from an idle GPU, where the host's work counts."""
         plan, out = self.checked_plan(x, weight, bias, stride, padding, dilation, meta, precision, out, groups,
-                                      **options)
-        kernel_input, run = self.kernel_input, self.run
+                                      epilogue, **options)
+        kernel_input, run, fused = self.kernel_input, self.run, _fused(epilogue)
 
         def call() -> torch.Tensor:
-            run(plan, kernel_input(x, plan), weight, bias, out)
+            run(plan, kernel_input(x, plan), weight, bias, out, *fused)
             return out
         return call
+
+
+def _fused(epilogue: Optional[Epilogue]) -> tuple[Epilogue, ...]:
+    """What a variant's run takes after `out`: the epilogue where it has a chain, else nothing (a variant that fuses
+    none is never given one)."""
+    return (epilogue,) if epilogue is not None and epilogue.chain else ()
 
 
 def alignment_key(binary_key: tuple, device: torch.device, *tensors: torch.Tensor) -> tuple:

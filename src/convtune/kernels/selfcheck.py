@@ -9,6 +9,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, torch_chain
+
 # Relative L2 error allowed against float64, by tl.dot's input precision. tf32 lands near 3e-4 and
 # tf32x3/ieee near 1e-7 on random data; the miscompiled binaries seen were 0.06-1.4 off.
 TOLERANCE = {"tf32": 5e-3, "tf32x3": 1e-4, "ieee": 1e-4}
@@ -42,10 +44,30 @@ def check_inputs(batch: int, x: torch.Tensor, weight: torch.Tensor, bias: Option
     return xs, ws, bs, aligned_nan((batch,) + tuple(out.shape[1:]), out)
 
 
+def check_epilogue(ep: Epilogue, out: torch.Tensor) -> Epilogue:
+    """Random epilogue tensors for the one-image check whose output is `out` (an NCHW-shaped view in its real layout):
+    vectors aligned as `ep`'s, a residual laid out and aligned as the output (as the kernel reads it)."""
+    if not ep.chain:
+        return NO_EPILOGUE
+    gen = torch.Generator(device=out.device).manual_seed(20261128)
+    vectors = aligned_random(tuple(ep.vectors.shape), ep.vectors, gen) if ep.vectors is not None else None
+    residual = None
+    if ep.residual is not None:
+        n, k, oh, ow = out.shape
+        cl = out.stride(1) == 1 and k > 1
+        residual = (aligned_random((n, oh, ow, k), out, gen).permute(0, 3, 1, 2) if cl
+                    else aligned_random((n, k, oh, ow), out, gen))
+    return Epilogue(ep.chain, vectors, residual)
+
+
 def agrees(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: tuple[int, int],
-           padding: tuple[int, int], dilation: tuple[int, int], dot_precision: str) -> bool:
-    """True if `out` is conv2d(x, w, b) to within the rounding of `dot_precision`, everywhere."""
+           padding: tuple[int, int], dilation: tuple[int, int], dot_precision: str,
+           epilogue: Epilogue = NO_EPILOGUE) -> bool:
+    """True if `out` is conv2d(x, w, b) followed by `epilogue` to within the rounding of `dot_precision`,
+    everywhere."""
     ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation)
+    if epilogue.chain:
+        ref = torch_chain(ref, epilogue, torch.float64)
     if not bool(torch.isfinite(out).all()):
         return False
     diff = out.double() - ref

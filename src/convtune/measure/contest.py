@@ -28,7 +28,8 @@ from convtune.measure.bench import TimingSettings
 from convtune.kernels import KernelVariant, Meta, torch_conv
 from convtune.pins import TORCH
 from convtune.measure.correctness import judge
-from convtune.measure.one_config import make_inputs, poisoned_output
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, as_kwargs, torch_chain
+from convtune.measure.one_config import make_epilogue, make_inputs, poisoned_output
 from convtune.problem import ConvProblem
 
 
@@ -78,6 +79,7 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
     pin says torch unless our kernel beats the fastest algorithm cuDNN has for the shape."""
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     x, w, b = make_inputs(p, seed, dev)
+    ep = make_epilogue(p, seed, dev)
     calls: list[tuple[Contender, Callable[[], object]]] = []
     saved_benchmark = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
@@ -85,10 +87,10 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
         for c in contenders:
             out = poisoned_output(p, dev)  # in the problem's layout, as the measured runs wrote it
             try:
-                call = _call_of(c, p, x, w, b, precision, out)
+                call = _call_of(c, p, x, w, b, precision, out, ep)
                 result = call()
                 out = result if c.meta == TORCH else out  # the kernel wrote into the poisoned `out`
-                verdict = judge(out, p, x, w, b, precision, tol, check)  # type: ignore[arg-type]
+                verdict = judge(out, p, x, w, b, precision, tol, check, ep)  # type: ignore[arg-type]
                 c.rel_err, c.correct = verdict.metrics.get("rel_err"), verdict.ok
                 if not verdict.ok:
                     c.error = verdict.message.splitlines()[0][:200] if verdict.message else "fails the check"
@@ -116,20 +118,24 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
 
 
 def _call_of(c: Contender, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], precision: str,
-             out: torch.Tensor) -> Callable[[], object]:
+             out: torch.Tensor, ep: Epilogue = NO_EPILOGUE) -> Callable[[], object]:
     """The call a contender is checked and timed with: torch's convolution; or the kernel as the library calls it
     once a signature has its plan (the variant's `prepared`: checks and plan once, per call only the layout copy and
     the launch), so that timing from an idle GPU counts the host work of the library's call and not the first
     call's. Before that, the contest timed each kernel's full `launch` (checks and plan every call): on the H200
     that lost three NCHW keys to torch that our kernel won on GPU time (alexnet_conv3 0.512 against 0.379 ms from
     an idle GPU, 0.315 against 0.340 on GPU time). A variant
-    without `prepared` (seed) is timed through `launch`."""
+    without `prepared` (seed) is timed through `launch`. A fused problem's torch runs its epilogue op after op."""
     if c.meta == TORCH:
+        if ep.chain:
+            return lambda: torch_chain(torch_conv.conv2d(x, w, b, p.stride, p.padding, p.dilation, precision), ep)
         return lambda: torch_conv.conv2d(x, w, b, p.stride, p.padding, p.dilation, precision)
-    k = c.kernel
+    k, fused = c.kernel, as_kwargs(ep)
     if k.prepared is not None:  # type: ignore[union-attr]
-        return k.prepared(x, w, b, p.stride, p.padding, p.dilation, c.meta, precision, out=out)  # type: ignore[union-attr]
-    return lambda: k.launch(x, w, b, p.stride, p.padding, p.dilation, c.meta, precision, out=out)  # type: ignore[union-attr]
+        return k.prepared(x, w, b, p.stride, p.padding, p.dilation, c.meta, precision, out=out,  # type: ignore[union-attr]
+                          **fused)
+    return lambda: k.launch(x, w, b, p.stride, p.padding, p.dilation, c.meta, precision, out=out,  # type: ignore[union-attr]
+                            **fused)
 
 
 def _from_idle_gpu_ms(call: Callable[[], object], dev: torch.device) -> float:

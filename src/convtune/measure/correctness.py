@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from convtune.measure import bench
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, torch_chain
 from convtune.kernels.precision import cudnn_tf32_ties, host_rounding, torch_uses_tf32
 from convtune.problem import ConvProblem
 from convtune.record import Metric, Tag
@@ -48,13 +49,33 @@ class Verdict:
     unwritten: int = 0
 
 
-def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-    return F.conv2d(x.double(), w.double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
+def _chain_of(p: ConvProblem, epilogue: Epilogue) -> None:
+    if tuple(p.epilogue) != epilogue.chain:
+        raise ValueError(f"the problem's epilogue is {list(p.epilogue)}, the tensors given are for "
+                         f"{list(epilogue.chain)}")
+
+
+def reference(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+              epilogue: Epilogue = NO_EPILOGUE) -> torch.Tensor:
+    """The convolution and its epilogue in float64."""
+    _chain_of(p, epilogue)
+    y = F.conv2d(x.double(), w.double(), None if b is None else b.double(), p.stride, p.padding, p.dilation)
+    return torch_chain(y, epilogue, torch.float64) if epilogue.chain else y
 
 
 def torch_output(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
-                 precision: str) -> tuple[torch.Tensor, str]:
-    """What a user's torch computes for this precision (and the inputs' dtype), and a label saying what that was."""
+                 precision: str, epilogue: Epilogue = NO_EPILOGUE) -> tuple[torch.Tensor, str]:
+    """What a user's torch computes for this precision (and the inputs' dtype), and a label saying what that was: the
+    convolution, then each op of the epilogue in the output's dtype (kernels/epilogue.torch_chain)."""
+    _chain_of(p, epilogue)
+    y, label = _torch_conv(p, x, w, b, precision)
+    if not epilogue.chain:
+        return y, label
+    return torch_chain(y, epilogue), f"{label}, then {', '.join(epilogue.chain)} in torch"
+
+
+def _torch_conv(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+                precision: str) -> tuple[torch.Tensor, str]:
     if x.dtype != torch.float32:
         y = F.conv2d(x, w, b, p.stride, p.padding, p.dilation)
         return y, f"{'cuDNN' if x.is_cuda else 'torch CPU'} {p.dtype} (torch {torch.__version__})"
@@ -73,17 +94,18 @@ def torch_output(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[t
 
 
 def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
-          precision: str, tol: float, check: str = "kernelbench") -> Verdict:
-    """Judge an output that was poisoned with NaN before the launch. Records both references' numbers
-    whatever `check` says; `check` decides which of them can fail the output."""
+          precision: str, tol: float, check: str = "kernelbench", epilogue: Epilogue = NO_EPILOGUE) -> Verdict:
+    """Judge an output that was poisoned with NaN before the launch: the convolution followed by `epilogue` (the
+    problem's chain, with its tensors). Records both references' numbers whatever `check` says; `check` decides which
+    of them can fail the output."""
     if check not in CHECKS:
         raise ValueError(f"check={check!r} is not allowed: one of {list(CHECKS)}")
-    ref = reference(p, x, w, b)
+    ref = reference(p, x, w, b, epilogue)
     c = bench.check_output(out, ref, tol)  # unwritten (NaN) elements, shape, relative L2 error
     ref_note = "float64 on the GPU" if ref.is_cuda else "float64 on the CPU"
     if not c.ok and ref.is_cuda and not c.unwritten and c.rel_err == c.rel_err:
         # Confirm a failure against the CPU before calling it one: the GPU's float64 result is a GPU kernel too.
-        ref_cpu = reference(p, x.cpu(), w.cpu(), None if b is None else b.cpu())
+        ref_cpu = reference(p, x.cpu(), w.cpu(), None if b is None else b.cpu(), epilogue.to("cpu"))
         c_cpu = bench.check_output(out.cpu(), ref_cpu, tol)
         if c_cpu.ok:
             off = float(torch.linalg.vector_norm(ref.cpu() - ref_cpu) / torch.linalg.vector_norm(ref_cpu).clamp_min(1e-300))
@@ -93,7 +115,7 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
         return Verdict(False, c.message, {Metric.REL_ERR: c.rel_err, Metric.UNWRITTEN_OUTPUTS: c.unwritten},
                        unwritten=c.unwritten)
     rel = c.rel_err
-    theirs, label = torch_output(p, x, w, b, precision)
+    theirs, label = torch_output(p, x, w, b, precision, epilogue)
     torch_rel = float(torch.linalg.vector_norm(theirs.double() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
     del ref
     half = out.dtype != torch.float32

@@ -17,6 +17,7 @@ from convtune.measure.bench import TimingSettings
 from convtune.measure.correctness import judge
 from convtune.kernels import KernelVariant, Meta
 from convtune.kernels.conv_args import TORCH_DTYPES
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, as_kwargs, pack_vectors, torch_chain
 from convtune.kernels.precision import torch_uses_tf32
 from convtune.measure.metrics import GpuSpec, floor_ms, performance
 from convtune.measure.occupancy import SmLimits, occupancy
@@ -55,6 +56,27 @@ def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.
     return x, w, b
 
 
+def make_epilogue(p: ConvProblem, seed: int, device: torch.device) -> Epilogue:
+    """The tensors of the problem's epilogue (NO_EPILOGUE without one), from a generator of their own (seed + 1), so
+    that a fused problem's input, weight and bias are its convolution's alone: a bn's scale uniform in [0.5, 1.5) and
+    shift in [-0.5, 0.5), a bias's shift as the convolution's bias is drawn, a residual uniform in [-1, 1) in the
+    output's layout; in the problem's dtype, as torch's chain would hold them."""
+    if not p.epilogue:
+        return NO_EPILOGUE
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    dtype = TORCH_DTYPES[p.dtype]
+
+    def uniform(shape: tuple[int, ...], lo: float, hi: float) -> torch.Tensor:
+        return (torch.rand(shape, generator=g, device=device) * (hi - lo) + lo).to(dtype)
+    bound = 1.0 / math.sqrt(p.in_channels * p.kernel_h * p.kernel_w)
+    k = (p.out_channels,)
+    params = [(uniform(k, 0.5, 1.5), uniform(k, -0.5, 0.5)) if op == "bn" else
+              (None, uniform(k, -bound, bound)) if op == "bias" else (None, None) for op in p.epilogue]
+    residual = (uniform(p.output_shape, -1.0, 1.0).contiguous(memory_format=memory_format(p))
+                if "add" in p.epilogue else None)
+    return Epilogue(p.epilogue, pack_vectors(p.epilogue, params), residual)
+
+
 def memory_format(p: ConvProblem) -> torch.memory_format:
     """The problem's input layout as torch names it; the output follows it, as torch's convolution's does."""
     return torch.channels_last if p.layout == "channels_last" else torch.contiguous_format
@@ -71,9 +93,11 @@ _cudnn_cache: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
 def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], precision: str,
-                   s: TimingSettings) -> dict[str, float]:
+                   s: TimingSettings, epilogue: Epilogue = NO_EPILOGUE) -> dict[str, float]:
     """torch.nn.functional.conv2d (cuDNN, benchmark mode) timed exactly as the kernel is, in NCHW and in
-    channels_last; `cudnn_ms` is the faster layout. Cached per process for a problem, precision and setting."""
+    channels_last; `cudnn_ms` is the faster layout. A fused problem's baseline is the convolution followed by its
+    epilogue op after op, as eager torch runs them (kernels/epilogue.torch_chain). Cached per process for a problem,
+    precision and setting."""
     key = (torch.cuda.get_device_name(x.device), p.key(), precision, s)
     if key in _cudnn_cache:
         return _cudnn_cache[key]
@@ -84,7 +108,10 @@ def cudnn_baseline(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b: Optional
         out = {}
         for layout, fmt in (("nchw", torch.contiguous_format), ("channels_last", torch.channels_last)):
             xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
-            t = bench.time_gpu(lambda: F.conv2d(xl, wl, b, p.stride, p.padding, p.dilation), s, x.device)
+            ep = epilogue if epilogue.residual is None else Epilogue(
+                epilogue.chain, epilogue.vectors, epilogue.residual.contiguous(memory_format=fmt))
+            t = bench.time_gpu(lambda: torch_chain(F.conv2d(xl, wl, b, p.stride, p.padding, p.dilation), ep), s,
+                               x.device)
             out[f"cudnn_{layout}_ms"] = t.median_ms  # Metric.CUDNN_NCHW_MS, CUDNN_CHANNELS_LAST_MS
         out[Metric.CUDNN_MS] = min(out[Metric.CUDNN_NCHW_MS], out[Metric.CUDNN_CHANNELS_LAST_MS])
     finally:
@@ -103,16 +130,17 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
     errors) propagate to the caller, which records them as a failed run."""
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     x, w, b = make_inputs(p, seed, dev)
+    ep = make_epilogue(p, seed, dev)
     out = poisoned_output(p, dev)
 
     def call() -> Any:
-        return variant.launch(x, w, b, p.stride, p.padding, p.dilation, meta, precision, out=out)
+        return variant.launch(x, w, b, p.stride, p.padding, p.dilation, meta, precision, out=out, **as_kwargs(ep))
 
     on_gpu = dev.type == "cuda"
     # The first launch compiles (or loads from Triton's disk cache) and writes into the NaN-poisoned output,
     # which is what gets checked.
     compile_s, launched = bench.first_call(call, dev)
-    verdict = judge(out, p, x, w, b, precision, tol, check)
+    verdict = judge(out, p, x, w, b, precision, tol, check, ep)
     metrics: dict[str, float] = {**verdict.metrics, Metric.COMPILE_S: compile_s}
     tags: dict[str, str] = dict(verdict.tags)
     tags[Tag.LLVM_OPT] = launched.llvm_opt  # O0: Triton's O3 binary failed its one-time check (kernels/llvm_opt.py)
@@ -141,7 +169,7 @@ def measure(p: ConvProblem, variant: KernelVariant, meta: Meta, precision: str, 
                             Metric.MEASURED_PEAK_GBPS: spec.measured_copy_gbps})
         metrics[Metric.PCT_OF_FLOOR] = 100.0 * metrics[Metric.FLOOR_MS] / timing.median_ms
     if on_gpu and with_cudnn:
-        base = cudnn_baseline(p, x, w, b, precision, s)
+        base = cudnn_baseline(p, x, w, b, precision, s, ep)
         metrics.update(base)
         # a channels_last input against cuDNN channels_last; an NCHW one against cuDNN's faster layout (any
         # conversion our kernel needs is inside its timed call)

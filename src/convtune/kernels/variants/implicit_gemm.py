@@ -24,15 +24,17 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.export_format import IMPORTS, model_new, pinned_block, rounding_source, source_of
+from convtune.kernels.export_format import IMPORTS, epilogue_source, model_new, pinned_block, rounding_source, source_of
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import Host
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.conv_args import ConvGeometry
+from convtune.problem import EPILOGUE_OPS
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache
 from convtune.kernels import llvm_opt, weight_pack
-from convtune.kernels.selfcheck import agrees, aligned_nan, check_inputs
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.selfcheck import agrees, aligned_nan, check_epilogue, check_inputs
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
 
 IntPair = Union[int, Sequence[int]]
@@ -43,11 +45,12 @@ TF32_TIES = "away"
 
 @triton.jit
 def _conv2d_igemm_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr,
+    x_ptr, w_ptr, b_ptr, y_ptr, e_ptr, r_ptr,
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
     KH: tl.constexpr, KWP: tl.constexpr, J0: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
     PH: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, VEC: tl.constexpr,
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -96,7 +99,11 @@ def _conv2d_igemm_kernel(
         y_offs = pos[:, None] * C_OUT + offs_n[None, :]
     else:  # NCHW: a channel's positions are contiguous
         y_offs = offs_n[None, :] * OHW + pos[:, None]
-    tl.store(y_img + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:  # the residual is laid out as the output
+        acc = apply_epilogue(acc, e_ptr, r_ptr + img.to(tl.int64) * (C_OUT * OHW), offs_n, n_mask, y_offs, y_mask,
+                             C_OUT, EPILOGUE)
+    tl.store(y_img + y_offs, acc, mask=y_mask)
 
 
 def choose_vec(x: torch.Tensor, width: int, stride_w: int, dil_w: int, precision: str = "tf32") -> int:
@@ -164,14 +171,14 @@ class LaunchPlan:
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: str,
-              out_cl: bool = False) -> LaunchPlan:
+              out_cl: bool = False, chain: tuple[str, ...] = ()) -> LaunchPlan:
     kwp, j0 = row_window(g.kw, g.padding[1], vec)
     tiles_per_img = triton.cdiv(g.oh * g.ow, meta.BLOCK_M)
     constexprs = dict(
         C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KWP=kwp, J0=j0,
         SH=g.stride[0], SW=g.stride[1], PH=g.padding[0], DH=g.dilation[0], DW=g.dilation[1], VEC=vec,
         HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds_operands(precision), OUT_CL=out_cl,
-        BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+        EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
         num_warps=meta.num_warps, num_stages=meta.num_stages)
     grid = (g.n * tiles_per_img, triton.cdiv(g.c_out, meta.BLOCK_N))
     return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), g.padding[1], vec, rounds_operands(precision), out_cl,
@@ -179,26 +186,30 @@ def make_plan(g: ConvGeometry, has_bias: bool, vec: int, meta: Meta, precision: 
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> tuple[Any, str]:
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
     """Launch a plan on tensors that match it (the caller has checked them; `x` in the layout the plan was made
-    for, NCHW-contiguous). Returns the compiled kernel and the LLVM level it was compiled at (llvm_opt: a new
-    binary is checked once, see there)."""
+    for, NCHW-contiguous; `epilogue` the plan's chain). Returns the compiled kernel and the LLVM level it was compiled
+    at (llvm_opt: a new binary is checked once, see there)."""
     w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
     b = bias if bias is not None else x
+    e = epilogue.vectors if epilogue.vectors is not None else x
+    r = epilogue.residual_as(plan.out_cl) if epilogue.residual is not None else x
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT="none"), "none"
-    level = _level(plan, x, weight, w, bias, out)
+        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, e, r, **plan.constexprs, LLVM_OPT="none"), "none"
+    level = _level(plan, x, weight, w, bias, out, epilogue, e, r)
     with llvm_opt.compiling_at(level):
-        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, **plan.constexprs, LLVM_OPT=level), level
+        return _conv2d_igemm_kernel[plan.grid](x, w, b, out, e, r, **plan.constexprs, LLVM_OPT=level), level
 
 
 def _level(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
-           out: torch.Tensor) -> str:
-    """The LLVM level of this plan's binary for these tensors' alignment (checked once, see llvm_opt)."""
+           out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE, e: Optional[torch.Tensor] = None,
+           r: Optional[torch.Tensor] = None) -> str:
+    """The LLVM level of this plan's binary for these tensors' alignment and dtypes (checked once, see llvm_opt)."""
     b = bias if bias is not None else x
+    e, r = (e if e is not None else x), (r if r is not None else x)
     key = (plan.binary_key, x.get_device(), x.dtype, x.data_ptr() & 15, w.data_ptr() & 15, b.data_ptr() & 15,
-           out.data_ptr() & 15)
-    return llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out),
+           out.data_ptr() & 15) + ((e.dtype, e.data_ptr() & 15, r.data_ptr() & 15) if epilogue.chain else ())
+    return llvm_opt.choose(key, lambda lvl: _right_at(lvl, plan, x, weight, w, bias, out, epilogue),
                            lambda: f"implicit_gemm {plan.constexprs}")
 
 
@@ -214,19 +225,21 @@ def bind(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional
     `run` does if no call has yet. None off CUDA, under the interpreter, and where this Triton's compiled kernel has no runner."""
     if x.device.type != "cuda" or not isinstance(_conv2d_igemm_kernel, triton.runtime.JITFunction):  # interpreter
         return None
+    if plan.constexprs["EPILOGUE"]:  # the library's bound call is a convolution's alone
+        return None
     w = packed_weight(weight, plan.pad_w, plan.vec, plan.round_weight)
     out = x.new_empty((1,) + plan.out_shape[1:])  # stands for the real output: same allocator, same alignment
     level = _level(plan, x, weight, w, bias, out)
     with llvm_opt.compiling_at(level):
-        compiled = _conv2d_igemm_kernel.warmup(x, w, bias if bias is not None else x, out, **plan.constexprs,
+        compiled = _conv2d_igemm_kernel.warmup(x, w, bias if bias is not None else x, out, x, x, **plan.constexprs,
                                                LLVM_OPT=level, grid=plan.grid)
     if not hasattr(type(compiled), "__getitem__"):
         return None
     runner = compiled[(plan.grid[0], plan.grid[1], 1)]
-    tail = tuple(level if n == "LLVM_OPT" else plan.constexprs[n] for n in _conv2d_igemm_kernel.arg_names[4:])
+    tail = tuple(level if n == "LLVM_OPT" else plan.constexprs[n] for n in _conv2d_igemm_kernel.arg_names[6:])
 
     def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        runner(x, w, b, out, *tail)
+        runner(x, w, b, out, x, x, *tail)
     return launch
 
 
@@ -250,32 +263,37 @@ def bound_call(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor,
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, w: torch.Tensor,
-              bias: Optional[torch.Tensor], out: torch.Tensor) -> bool:
+              bias: Optional[torch.Tensor], out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
     """Compile the plan's binary at `level` and run it on one random image (N is no constexpr: the binary is
-    the same for any batch) against float64. Inputs keep the real ones' 16-byte alignment."""
+    the same for any batch) against float64, with its epilogue. Inputs keep the real ones' 16-byte alignment."""
     cx = plan.constexprs
     xs, ws, bs, outs = check_inputs(1, x, weight, bias, out)
     if plan.out_cl:  # channels_last, with the real output's alignment
         outs = aligned_nan((1,) + tuple(out.shape[2:]) + (out.shape[1],), out).permute(0, 3, 1, 2)
+    eps = check_epilogue(epilogue, outs)
     wp = pack_weight(ws, plan.pad_w, plan.vec, plan.round_weight)[0] if w is not weight else ws
     grid = (plan.grid[0] // x.shape[0], plan.grid[1])
     with llvm_opt.compiling_at(level):
-        _conv2d_igemm_kernel[grid](xs, wp, bs if bs is not None else xs, outs, **cx, LLVM_OPT=level)
-    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], plan.pad_w), (cx["DH"], cx["DW"]), cx["PRECISION"])
+        _conv2d_igemm_kernel[grid](xs, wp, bs if bs is not None else xs, outs,
+                                   eps.vectors if eps.vectors is not None else xs,
+                                   eps.residual if eps.residual is not None else xs, **cx, LLVM_OPT=level)
+    return agrees(outs, xs, ws, bs, (cx["SH"], cx["SW"]), (cx["PH"], plan.pad_w), (cx["DH"], cx["DW"]), cx["PRECISION"],
+                  eps)
 
 
 def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
-          vec: Optional[int] = None) -> LaunchPlan:
+          vec: Optional[int] = None, chain: tuple[str, ...] = ()) -> LaunchPlan:
     """The plan, with the input's vector width (1, 2, 4): `vec`, or the widest that the alignment of `x` as the
     kernel reads it (NCHW-contiguous: a fresh, so aligned, copy where it is not) and the precision allow."""
     if vec is None:
         vec = choose_vec(x if x.is_contiguous() else x.contiguous(), g.w, g.stride[1], g.dilation[1], precision)
-    return make_plan(g, has_bias, vec, meta, precision, out_cl)
+    return make_plan(g, has_bias, vec, meta, precision, out_cl, chain)
 
 
 # implicit_gemm reads NCHW: an input that is not is copied inside the call; its weight unpacked where the row needs no
 # padding (pack_weight), so that must be contiguous. The library binds its launches itself (bind).
-HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True, dtypes=("float32", "bfloat16", "float16"))
+HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True, dtypes=("float32", "bfloat16", "float16"),
+            epilogues=EPILOGUE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -300,7 +318,8 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_igemm_kernel, round_tf32])
-PREVIOUS_SOURCE_HASHES = ("d1dc565d8466",)
+# 6dc0b20b7746: the same kernel before it took an epilogue (a binary without one computes as it did)
+PREVIOUS_SOURCE_HASHES = ("d1dc565d8466", "6dc0b20b7746")
 
 
 
@@ -321,10 +340,10 @@ def conv2d_triton(x, weight, bias, packed=None):
     wp, kwp, j0 = packed if packed is not None else pack_weight(weight, PADDING[1], vec, ROUND)
     grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
     _conv2d_igemm_kernel[grid](
-        x, wp, bias if bias is not None else x, out,
+        x, wp, bias if bias is not None else x, out, x, x,
         C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
         PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
-        ROUND_A=ROUND, OUT_CL=False, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        ROUND_A=ROUND, OUT_CL=False, EPILOGUE=0, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
         LLVM_OPT="O3",  # Triton's own level: every size is a constexpr, so the judge's check covers this binary
     )
     return out
@@ -336,7 +355,7 @@ def conv2d_triton(x, weight, bias, packed=None):
             self._packed, self._packed_for = pack_weight(w.detach(), PADDING[1], vec, ROUND), key
         return conv2d_triton(x, w, self.conv1.bias, self._packed)
 ''')
-    return "\n\n".join((IMPORTS, rounding_source(), source_of(ig._conv2d_igemm_kernel),
+    return "\n\n".join((IMPORTS, rounding_source(), epilogue_source(), source_of(ig._conv2d_igemm_kernel),
                         source_of(ig.choose_vec, ig.row_window, ig.pack_weight))) + "\n" + wrapper
 
 

@@ -1,0 +1,173 @@
+"""Epilogues: the problem's `epilogue` key, the kernels that fuse a chain (every variant that declares one, through the
+interpreter, in float32 and float16, writing either layout), the refusal of the rest, the judge against torch's chain,
+the one-image check, and a tracked run of a fused problem."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from convtune.errors import ConfigError, UnsupportedProblem
+from convtune.kernels import VARIANTS, Meta
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, code, pack_vectors, torch_chain
+from convtune.kernels.selfcheck import agrees
+from convtune.measure.correctness import judge
+from convtune.measure.one_config import make_epilogue, make_inputs, poisoned_output
+from convtune.problem import ACTIVATIONS, EPILOGUE_OPS, ConvProblem, parse_epilogue
+from tests.conftest import compose
+
+FUSING = sorted(n for n, v in VARIANTS.items() if v.epilogues and v.interpreted)
+F16, F32 = torch.float16, torch.float32
+# each op alone, in one dtype or the other (verify on a GPU runs every op in every dtype), and chains
+CASES = [((op,), (F32, F16)[i % 2]) for i, op in enumerate(EPILOGUE_OPS)] + [
+    (("bn", "add", "relu"), F32), (("bn", "add", "relu"), F16), (("relu", "bias"), F32),
+    (("bn", "silu", "add", "gelu"), F16), (("bias", "bn", "leaky_relu", "hardswish", "relu6", "add"), F32)]
+
+
+def test_the_epilogue_key_reads_a_list_or_a_comma_separated_string_and_refuses_what_no_kernel_could_fuse():
+    assert parse_epilogue(["bn", "add", "relu"]) == parse_epilogue("bn, add,relu") == ("bn", "add", "relu")
+    assert parse_epilogue("") == parse_epilogue([]) == parse_epilogue(None) == ()
+    with pytest.raises(ConfigError, match=r"unknown: \['tanh'\]"):
+        parse_epilogue("bn,tanh")
+    with pytest.raises(ConfigError, match="at most one `add`"):
+        parse_epilogue("add,relu,add")
+    with pytest.raises(ConfigError, match="at most 6 ops"):
+        parse_epilogue(["relu"] * 7)
+    assert code(("bn", "add", "relu")) == 2 | 9 << 4 | 3 << 8  # 4 bits an op, in order
+
+
+def test_a_fused_problem_has_its_own_key_and_bytes_and_one_without_keeps_the_key_it_had():
+    plain = ConvProblem.from_mapping(dict(name="x", batch=2, in_channels=3, height=8, width=8, out_channels=4,
+                                          kernel_h=3, kernel_w=3))
+    fused = ConvProblem.from_mapping(dict(name="x", batch=2, in_channels=3, height=8, width=8, out_channels=4,
+                                          kernel_h=3, kernel_w=3, epilogue=["bn", "add", "relu"]))
+    # the key every pin and run of a convolution alone was recorded under
+    assert plain.key() == "n2-c3-h8-w8-k4-r3x3-s1x1-p0x0-d1x1-g1-bias-nchw-float32"
+    assert fused.key() == plain.key() + "-then-bn.add.relu"
+    assert "problem.epilogue" not in plain.params() and fused.params()["problem.epilogue"] == "bn,add,relu"
+    # the residual read once, and the bn's scale and shift
+    assert fused.min_bytes - plain.min_bytes == 4 * (fused.output_elems + 2 * 4)
+    assert fused.flops == plain.flops
+
+
+def _tensors(name, chain, dtype, out_cl, residual_cl, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 5, 9, 11, generator=g).to(dtype)
+    w = (torch.randn(7, 5, 3, 3, generator=g) / 6).to(dtype)
+    b = torch.randn(7, generator=g).to(dtype)
+    params = [(torch.rand(7, generator=g) + 0.5, torch.randn(7, generator=g)) for _ in chain]
+    shape = (2, 7, 9, 11)  # stride 1, padding 1
+    residual = None
+    if "add" in chain:
+        residual = torch.randn(shape, generator=g).to(dtype)
+        residual = residual.contiguous(memory_format=torch.channels_last) if residual_cl else residual
+    out = torch.full(shape, float("nan"), dtype=dtype)
+    out = out.contiguous(memory_format=torch.channels_last) if out_cl else out
+    return x, w, b, Epilogue(chain, pack_vectors(chain, params), residual), out
+
+
+@pytest.mark.parametrize("name", FUSING)
+@pytest.mark.parametrize("chain,dtype", CASES, ids=[f"{','.join(c)}-{str(d)[6:]}" for c, d in CASES])
+def test_each_fusing_kernel_computes_each_op_and_chain_as_torch_does(name, chain, dtype):
+    v = VARIANTS[name]
+    if not v.takes_dtype(str(dtype).removeprefix("torch.")) or not v.fuses(chain):
+        pytest.skip(f"{name} does not declare {dtype} or {chain}")
+    out_cl = len(chain) % 2 == 1  # both layouts of the output, and a residual in the other layout half the time
+    x, w, b, ep, out = _tensors(name, chain, dtype, out_cl, residual_cl=not out_cl)
+    meta = Meta(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, num_warps=4, num_stages=2)
+    v.launch(x, w, b, 1, 1, 1, meta, "ieee", out=out, epilogue=ep)
+    ref = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), ep, torch.float64)
+    err = float((out.double() - ref).norm() / ref.norm())
+    assert err < (1e-6 if dtype == torch.float32 else 2e-3), err
+    # rounded once: no worse than torch's chain at the dtype, rounding after each op
+    theirs = torch_chain(F.conv2d(x.float(), w.float(), b.float(), 1, 1).to(dtype), ep)
+    assert err <= 1.1 * float((theirs.double() - ref).norm() / ref.norm()) + 1e-7
+
+
+def test_every_op_changes_the_output_so_the_op_tests_can_fail():
+    x, w, b, _, _ = _tensors("", (), torch.float32, False, False)
+    y = F.conv2d(x, w, b, 1, 1) * 4  # values past relu6's cap and hardswish's bend too
+    for op in EPILOGUE_OPS:
+        _, _, _, ep, _ = _tensors("", (op,), torch.float32, False, False)
+        assert not torch.allclose(torch_chain(y, ep), y), op
+
+
+def test_a_kernel_that_fuses_no_epilogue_refuses_one_and_the_tracker_names_those_that_do():
+    plain = sorted(n for n, v in VARIANTS.items() if not v.epilogues and v.library is not None)
+    assert plain  # the kernels that only add their own bias
+    x, w, b, ep, _ = _tensors("", ("bn", "relu"), torch.float32, False, False)
+    for name in plain:
+        with pytest.raises(UnsupportedProblem, match="fuses no epilogue, not bn, relu"):
+            VARIANTS[name].launch(x, w, b, 1, 1, 1, VARIANTS[name].default_meta(7, 1, 11), "tf32", epilogue=ep)
+    from convtune.resolve import resolve
+
+    s = resolve(compose("problem=tiny", "problem.epilogue=[bn,relu]", f"kernel={plain[0]}"))
+    with pytest.raises(UnsupportedProblem, match=f"kernel {plain[0]} does not fuse the epilogue bn,relu; kernels that "
+                                                 f"do: .*implicit_gemm"):
+        s.raise_error()
+
+
+def test_the_tensors_of_an_epilogue_must_fit_the_call():
+    x, w, b, ep, _ = _tensors("", ("add",), torch.float32, False, False)
+    v, meta = VARIANTS["implicit_gemm"], Meta(32, 16, 16, 4, 2)
+    wrong = Epilogue(("add",), None, ep.residual[:, :, :-1])
+    with pytest.raises(UnsupportedProblem, match=r"the residual must be a \(2, 7, 9, 11\) torch.float32 tensor"):
+        v.launch(x, w, b, 1, 1, 1, meta, "ieee", epilogue=wrong)
+    with pytest.raises(UnsupportedProblem, match="residual tensor exactly when its chain has `add`"):
+        Epilogue(("relu",), None, ep.residual)
+    with pytest.raises(UnsupportedProblem, match=r"epilogue vectors must be a contiguous float \(2, 7\) tensor"):
+        v.launch(x, w, b, 1, 1, 1, meta, "ieee", epilogue=Epilogue(("bn",), torch.ones(2, 6)))
+
+
+def _fused_problem(chain):
+    return ConvProblem("f", 2, 3, 9, 10, 6, 3, 3, padding=(1, 1), epilogue=chain)
+
+
+def test_the_judge_compares_with_torch_running_the_chain_and_fails_an_output_missing_an_op():
+    p = _fused_problem(("bn", "add", "relu"))
+    dev = torch.device("cpu")
+    x, w, b = make_inputs(p, 0, dev)
+    ep = make_epilogue(p, 0, dev)
+    right = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), ep).float()
+    assert judge(right, p, x, w, b, "ieee", 1e-5, epilogue=ep).ok
+    no_relu = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), Epilogue(("bn", "add"), ep.vectors[:4],
+                                                                                       ep.residual)).float()
+    v = judge(no_relu, p, x, w, b, "ieee", 1e-5, epilogue=ep)
+    assert not v.ok and "relative L2 error" in v.message
+    with pytest.raises(ValueError, match=r"the problem's epilogue is \['bn', 'add', 'relu'\], the tensors given are "
+                                         r"for \[\]"):
+        judge(right, p, x, w, b, "ieee", 1e-5)
+    # the convolution's own inputs are those of the same problem without an epilogue
+    assert all(torch.equal(s, t) for s, t in zip(make_inputs(p, 0, dev)[:2], make_inputs(_fused_problem(()), 0, dev)[:2]))
+    assert make_epilogue(_fused_problem(()), 0, dev) is NO_EPILOGUE
+
+
+def test_the_one_image_check_of_a_fresh_binary_applies_the_chain():
+    x, w, b, ep, _ = _tensors("", ("bn", "add", "gelu"), torch.float32, False, False)
+    ref = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), ep, torch.float64).float()
+    assert agrees(ref, x, w, b, (1, 1), (1, 1), (1, 1), "ieee", ep)
+    assert not agrees(ref, x, w, b, (1, 1), (1, 1), (1, 1), "ieee")  # the convolution alone is another output
+    assert not agrees(ref, x, w, b, (1, 1), (1, 1), (1, 1), "ieee", Epilogue(("bn", "add", "silu"), ep.vectors,
+                                                                            ep.residual))
+
+
+@pytest.mark.slow
+def test_a_tracked_run_of_a_fused_problem_is_checked_against_torchs_chain_and_recorded(run_cli, store):
+    from tests.test_cli import runs_of
+
+    r = run_cli("problem=tiny", "bench=fast", "problem.epilogue=[bn,add,silu]", "precision=ieee")
+    assert r.returncode == 0, r.stderr
+    _, runs = runs_of(store)
+    (run,) = [x for x in runs if "problem.epilogue" in x.data.params]
+    assert run.data.params["problem.epilogue"] == "bn,add,silu" and run.data.tags["status"] == "ok"
+    assert run.data.tags["problem_key"].endswith("-float32-then-bn.add.silu")
+    assert run.data.tags["torch_reference"].endswith("then bn, add, silu in torch")
+    assert run.data.metrics["rel_err"] < 1e-5
+
+
+def test_activations_are_torchs_defaults():
+    y = torch.linspace(-8, 8, 101, dtype=torch.float64).view(1, 1, 1, -1)
+    expected = {"relu": F.relu(y), "relu6": F.relu6(y), "silu": F.silu(y), "gelu": F.gelu(y),
+                "hardswish": F.hardswish(y), "leaky_relu": F.leaky_relu(y)}
+    assert set(expected) == set(ACTIVATIONS)
+    for op, want in expected.items():
+        assert torch.equal(torch_chain(y, Epilogue((op,))), want), op
