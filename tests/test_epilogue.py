@@ -54,7 +54,7 @@ def _tensors(name, chain, dtype, out_cl, residual_cl, seed=0):
     x = torch.randn(2, 5, 9, 11, generator=g).to(dtype)
     w = (torch.randn(7, 5, 3, 3, generator=g) / 6).to(dtype)
     b = torch.randn(7, generator=g).to(dtype)
-    params = [(torch.rand(7, generator=g) + 0.5, torch.randn(7, generator=g)) for _ in chain]
+    params = [((torch.rand(7, generator=g) + 0.5).to(dtype), torch.randn(7, generator=g).to(dtype)) for _ in chain]
     shape = (2, 7, 9, 11)  # stride 1, padding 1
     residual = None
     if "add" in chain:
@@ -78,9 +78,12 @@ def test_each_fusing_kernel_computes_each_op_and_chain_as_torch_does(name, chain
     ref = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), ep, torch.float64)
     err = float((out.double() - ref).norm() / ref.norm())
     assert err < (1e-6 if dtype == torch.float32 else 2e-3), err
-    # rounded once: no worse than torch's chain at the dtype, rounding after each op
+    # torch's chain at the dtype, which rounds each op's result: in 16 bits the kernel rounds where it does, so that
+    # all but a few outputs (gelu's erf is not torch's to the last bit) are torch's own
     theirs = torch_chain(F.conv2d(x.float(), w.float(), b.float(), 1, 1).to(dtype), ep)
-    assert err <= 1.1 * float((theirs.double() - ref).norm() / ref.norm()) + 1e-7
+    assert torch.allclose(out, theirs, atol=1e-2, rtol=1e-2)
+    if dtype == torch.float16:
+        assert float((out != theirs).float().mean()) < 0.01
 
 
 def test_every_op_changes_the_output_so_the_op_tests_can_fail():

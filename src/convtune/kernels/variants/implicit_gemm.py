@@ -102,7 +102,7 @@ def _conv2d_igemm_kernel(
     y_mask = m_mask[:, None] & n_mask[None, :]
     if EPILOGUE != 0:  # the residual is laid out as the output
         acc = apply_epilogue(acc, e_ptr, r_ptr + img.to(tl.int64) * (C_OUT * OHW), offs_n, n_mask, y_offs, y_mask,
-                             C_OUT, EPILOGUE)
+                             C_OUT, EPILOGUE, y_ptr.dtype.element_ty)
     tl.store(y_img + y_offs, acc, mask=y_mask)
 
 
