@@ -49,13 +49,30 @@ def test_a_fused_problem_has_its_own_key_and_bytes_and_one_without_keeps_the_key
     assert fused.flops == plain.flops
 
 
+GEOMETRY = dict(c=5, h=9, w=11, k=7, kh=3, kw=3, stride=(1, 1), padding=(1, 1), dilation=(1, 1))
+
+
+def _geometry(name):
+    """A small convolution the variant takes: its own family's (KernelVariant.draw_case, a fixed draw) where it is
+    restricted, else GEOMETRY."""
+    import random
+
+    v = VARIANTS[name] if name else None
+    if v is None or v.draw_case is None:
+        return GEOMETRY
+    case = v.draw_case(random.Random(f"epilogue/{name}"), True)
+    return {k: case[k] for k in GEOMETRY}
+
+
 def _tensors(name, chain, dtype, out_cl, residual_cl, seed=0):
+    geo = _geometry(name)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 5, 9, 11, generator=g).to(dtype)
-    w = (torch.randn(7, 5, 3, 3, generator=g) / 6).to(dtype)
-    b = torch.randn(7, generator=g).to(dtype)
-    params = [((torch.rand(7, generator=g) + 0.5).to(dtype), torch.randn(7, generator=g).to(dtype)) for _ in chain]
-    shape = (2, 7, 9, 11)  # stride 1, padding 1
+    x = torch.randn(2, geo["c"], geo["h"], geo["w"], generator=g).to(dtype)
+    w = (torch.randn(geo["k"], geo["c"], geo["kh"], geo["kw"], generator=g) / 6).to(dtype)
+    b = torch.randn(geo["k"], generator=g).to(dtype)
+    params = [((torch.rand(geo["k"], generator=g) + 0.5).to(dtype), torch.randn(geo["k"], generator=g).to(dtype))
+              for _ in chain]
+    shape = tuple(F.conv2d(x.float(), w.float(), None, geo["stride"], geo["padding"], geo["dilation"]).shape)
     residual = None
     if "add" in chain:
         residual = torch.randn(shape, generator=g).to(dtype)
@@ -63,6 +80,12 @@ def _tensors(name, chain, dtype, out_cl, residual_cl, seed=0):
     out = torch.full(shape, float("nan"), dtype=dtype)
     out = out.contiguous(memory_format=torch.channels_last) if out_cl else out
     return x, w, b, Epilogue(chain, pack_vectors(chain, params), residual), out
+
+
+def _conv(x, w, b, name, dtype=None):
+    geo = _geometry(name)
+    dtype = dtype or x.dtype
+    return F.conv2d(x.to(dtype), w.to(dtype), b.to(dtype), geo["stride"], geo["padding"], geo["dilation"])
 
 
 @pytest.mark.parametrize("name", FUSING)
@@ -73,14 +96,16 @@ def test_each_fusing_kernel_computes_each_op_and_chain_as_torch_does(name, chain
         pytest.skip(f"{name} does not declare {dtype} or {chain}")
     out_cl = len(chain) % 2 == 1  # both layouts of the output, and a residual in the other layout half the time
     x, w, b, ep, out = _tensors(name, chain, dtype, out_cl, residual_cl=not out_cl)
-    meta = Meta(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, num_warps=4, num_stages=2)
-    v.launch(x, w, b, 1, 1, 1, meta, "ieee", out=out, epilogue=ep)
-    ref = torch_chain(F.conv2d(x.double(), w.double(), b.double(), 1, 1), ep, torch.float64)
+    geo = _geometry(name)
+    precision = "ieee" if v.runs_precision("ieee") else "tf32"
+    meta = v.default_meta(geo["k"], geo["stride"][1], geo["w"], precision)
+    v.launch(x, w, b, geo["stride"], geo["padding"], geo["dilation"], meta, precision, out=out, epilogue=ep)
+    ref = torch_chain(_conv(x, w, b, name, torch.float64), ep, torch.float64)
     err = float((out.double() - ref).norm() / ref.norm())
-    assert err < (1e-6 if dtype == torch.float32 else 2e-3), err
+    assert err < (1e-6 if dtype == torch.float32 and precision == "ieee" else 2e-3), err
     # torch's chain at the dtype, which rounds each op's result: in 16 bits the kernel rounds where it does, so that
     # all but a few outputs (gelu's erf is not torch's to the last bit) are torch's own
-    theirs = torch_chain(F.conv2d(x.float(), w.float(), b.float(), 1, 1).to(dtype), ep)
+    theirs = torch_chain(_conv(x, w, b, name, torch.float32).to(dtype), ep)
     assert torch.allclose(out, theirs, atol=1e-2, rtol=1e-2)
     if dtype == torch.float16:
         assert float((out != theirs).float().mean()) < 0.01
@@ -88,7 +113,7 @@ def test_each_fusing_kernel_computes_each_op_and_chain_as_torch_does(name, chain
 
 def test_every_op_changes_the_output_so_the_op_tests_can_fail():
     x, w, b, _, _ = _tensors("", (), torch.float32, False, False)
-    y = F.conv2d(x, w, b, 1, 1) * 4  # values past relu6's cap and hardswish's bend too
+    y = _conv(x, w, b, "") * 4  # values past relu6's cap and hardswish's bend too
     for op in EPILOGUE_OPS:
         _, _, _, ep, _ = _tensors("", (op,), torch.float32, False, False)
         assert not torch.allclose(torch_chain(y, ep), y), op
@@ -174,3 +199,42 @@ def test_activations_are_torchs_defaults():
     assert set(expected) == set(ACTIVATIONS)
     for op, want in expected.items():
         assert torch.equal(torch_chain(y, Epilogue((op,))), want), op
+
+
+LEVEL2_FILE_CHECK = (
+    "import importlib.util, os, sys, torch\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "torch.manual_seed(0); model = m.ModelNew(3, 20, 5, (20, 1, 1))\n"  # KernelBench passes its init inputs
+    "torch.manual_seed(0); conv = torch.nn.Conv2d(3, 20, 5, stride=(2, 1), padding=(2, 1))\n"
+    "bias = torch.randn(20, 1, 1)\n"  # level 2 #1's Model: its bias parameter after the convolution's
+    "x = torch.rand(2, 3, 19, 17)\n"
+    "want = torch.relu(conv(x)) + bias\n"
+    "torch.testing.assert_close(model(x), want)\n"  # CPU: the chain in torch, on the same parameters
+    "vectors = torch.zeros(4, 20); vectors[3] = bias.view(-1)\n"
+    "y = m.conv2d_triton(x, conv.weight.detach(), conv.bias.detach(), None, vectors)\n"  # the Triton kernel
+    "torch.testing.assert_close(y, want.detach(), rtol=2e-3, atol=2e-3)\n"
+    "print('ok')\n")
+
+
+def test_export_of_a_fused_problem_writes_kernelbenchs_level2_model_and_refuses_a_batch_norm(capsys, tmp_path, store):
+    import os
+    import sys
+
+    from tests import preloaded
+    from convtune.tune.export import run_export
+
+    out = tmp_path / "l2.py"
+    args = ("problem=tiny", f"tracking.uri={store}", f"pins_file={tmp_path / 'pins.yaml'}", "export=kernelbench",
+            "kernel=implicit_gemm", f"export_path={out}")
+    assert run_export(compose(*args, "problem.epilogue=[relu,bias]")) == 0
+    text = out.read_text()
+    assert "EPILOGUE = 19  # relu, bias" in text and "self.bias = nn.Parameter(torch.randn((20, 1, 1)))" in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    env["TRITON_INTERPRET"] = "1"
+    r = preloaded.run([sys.executable, "-c", LEVEL2_FILE_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    capsys.readouterr()
+    assert run_export(compose(*args, "problem.epilogue=[bn,relu]", f"export_path={tmp_path / 'bn.py'}")) == 1
+    assert "KernelBench runs its Models in training mode" in capsys.readouterr().out
+    assert not (tmp_path / "bn.py").exists()

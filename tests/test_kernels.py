@@ -336,7 +336,7 @@ def test_there_is_no_bound_launch_without_a_compiled_kernel():
     from convtune.kernels.variants import nhwc_igemm
     from convtune.kernels.runner import bound_runner
 
-    assert bound_runner(None, (4,), nhwc_igemm._conv2d_nhwc_kernel, 5, {}) is None
+    assert bound_runner(None, (4,), nhwc_igemm._conv2d_nhwc_kernel, 7, {}) is None
     x = torch.randn(2, 16, 5, 3)
     layout.to_channels_last(x, round_to_nearest_tf32=True)
     get_variant("nhwc_preround").launch(x, torch.randn(4, 16, 3, 3), None, 1, 1, 1, Meta(16, 16, 16, 4, 2))

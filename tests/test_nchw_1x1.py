@@ -135,7 +135,8 @@ for x_shape, x_type in (((64, 256, 56, 56), "tensordesc<fp32[1, 32, 64]>"), ((2,
     g = geometry(torch.empty(x_shape, device="meta"), torch.empty((64, x_shape[1], 1, 1), device="meta"), 1, 0, 1)
     cx = {**pw.make_plan(g, False, pw.default_meta(64, 1, 56), "tf32").constexprs, "LLVM_OPT": "O3"}
     options = {"num_warps": cx.pop("num_warps"), "num_stages": cx.pop("num_stages")}
-    sig = {"x_ptr": x_type, "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", **{n: "constexpr" for n in cx}}
+    sig = {"x_ptr": x_type, "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "e_ptr": "*fp32", "r_ptr": "*fp32",
+           **{n: "constexpr" for n in cx}}
     ttgir = triton.compile(ASTSource(pw._conv2d_1x1_kernel, sig, cx), target=GPUTarget("cuda", 90, 32),
                            options=options).asm["ttgir"]
     found.append({"x_tma": cx["X_TMA"], "tma": "async_tma_copy_global_to_local" in ttgir,
@@ -183,8 +184,9 @@ def test_verify_draws_nchw_1x1_cases_from_its_family_at_tf32_and_they_pass_in_th
         assert {c.layout for c in cases} == {"nchw", "channels_last"}
         assert {(c.h * c.w) % 4 == 0 for c in cases} == {True, False} and {c.offset for c in cases} > {0}
     assert verify_main(["--device", "interpreter", "--variants", "nchw_1x1", "--shapes", "6"]) == 0
-    out = capsys.readouterr().out  # tf32, and float16 (the interpreter's 16-bit dtype)
-    assert "| nchw_1x1 | tf32 | 6 |" in out and "| nchw_1x1 | float16 | 6 |" in out and "0 failure(s) in 12 cases" in out
+    out = capsys.readouterr().out  # tf32, and float16 (the interpreter's 16-bit dtype); one fused case in each
+    assert "| nchw_1x1 | tf32 | 6 |" in out and "| nchw_1x1 | float16 | 6 |" in out and "0 failure(s) in 14 cases" in out
+    assert "| nchw_1x1 | tf32 fused | 1 |" in out and "| nchw_1x1 | float16 fused | 1 |" in out
 
 
 def test_a_pin_naming_nchw_1x1_runs_it_in_the_library_and_gives_cudnns_rule(tmp_path, monkeypatch):

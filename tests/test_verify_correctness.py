@@ -8,7 +8,8 @@ import torch
 from convtune.measure.correctness import judge
 from convtune.kernels import Meta, get_variant
 from convtune.problem import ConvProblem
-from convtune.commands.verify import follows_rounding_rule, run_case
+from convtune.commands.verify import run_case
+from convtune.commands.verify_rules import follows_rounding_rule
 from convtune.commands.verify_cases import Case
 from convtune.commands.verify import main as verify_main
 from tests.conftest import ROOT

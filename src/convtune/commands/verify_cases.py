@@ -17,7 +17,8 @@ MAX_ELEMENTS = 2**24  # per tensor: keeps a case's float64 reference small and q
 # ok; wrong (against float64, confirmed on the CPU); torch_mismatch (right, but not torch's own result by
 # KernelBench's allclose); cudnn_ran_fp32 (a tf32 output next to torch's true-fp32 result: nothing to match);
 # cudnn_rounds_otherwise (tf32: ours is the exact result of the operands rounded to nearest TF32, cuDNN's
-# rounding rule, and torch's is not: cuDNN ran an algorithm that rounds otherwise for that shape);
+# rounding rule, and torch's is not: cuDNN ran an algorithm that rounds otherwise for that shape; a 16-bit epilogue:
+# ours matches torch's chain on the exactly rounded convolution and torch's does not);
 # bad_reference (the GPU's float64 reference disagreed with the CPU's, and the output agreed with the CPU's);
 # error (the launch raised); skipped (out of resources: the configuration does not fit this GPU)
 OUTCOMES = ("ok", "wrong", "torch_mismatch", "cudnn_ran_fp32", "cudnn_rounds_otherwise", "bad_reference", "error",

@@ -47,9 +47,38 @@ STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dila
 '''
 
 
+def level2_chain(p: Any) -> tuple[str, ...]:
+    """The epilogue of a problem exported to KernelBench's level-2 format (a Model whose forward is the convolution
+    and then each op, as #1 Conv2D_ReLU_BiasAdd), or UnsupportedProblem: activations, and at most one `bias`, the
+    Model's nn.Parameter of shape (C_out, 1, 1) drawn with torch.randn after the convolution's parameters. `bn` is
+    refused (KernelBench runs its Models in training mode, where a batch norm normalises by the batch's statistics,
+    which no epilogue computes), and so is `add` (a second input)."""
+    from convtune.errors import UnsupportedProblem
+
+    refused = [op for op in p.epilogue if op in ("bn", "add")]
+    if refused or list(p.epilogue).count("bias") > 1:
+        raise UnsupportedProblem(f"KernelBench's level-2 export takes activations and at most one bias after the "
+                                 f"convolution, not {', '.join(refused) or 'two biases'} (bn: KernelBench runs its "
+                                 "Models in training mode, where a batch norm normalises by the batch's statistics)")
+    return tuple(p.epilogue)
+
+
+TORCH_OPS = {"relu": "torch.relu(x)", "relu6": "torch.nn.functional.relu6(x)", "silu": "torch.nn.functional.silu(x)",
+             "gelu": "torch.nn.functional.gelu(x)", "hardswish": "torch.nn.functional.hardswish(x)",
+             "leaky_relu": "torch.nn.functional.leaky_relu(x, 0.01)", "bias": "x + self.bias"}
+
+
+def chain_in_torch(p: Any, indent: str) -> str:
+    """The level-2 chain as torch statements on `x` (the Model's forward after its convolution)."""
+    return "".join(f"{indent}x = {TORCH_OPS[op]}\n" for op in level2_chain(p))
+
+
 def model_new(p: Any, forward_body: str) -> str:
     """ModelNew: the reference Model's nn.Conv2d, made first (so that it draws the same parameters after the same
-    seed), and the forward body given."""
+    seed), and the forward body given. A problem with an epilogue is KernelBench's level 2 (level2_chain): the
+    convolution is `conv` there, then the chain's parameter, and off the GPU the chain runs in torch."""
+    if p.epilogue:
+        return _model_new_level2(p, forward_body.replace("self.conv1", "self.conv"))
     return f'''
 
 class ModelNew(nn.Module):
@@ -62,4 +91,24 @@ class ModelNew(nn.Module):
     def forward(self, x):
         if not x.is_cuda:
             return self.conv1(x)
+{forward_body}'''
+
+
+def _model_new_level2(p: Any, forward_body: str) -> str:
+    bias = (f"\n        self.bias = nn.Parameter(torch.randn(({p.out_channels}, 1, 1)))" if "bias" in level2_chain(p)
+            else "")
+    return f'''
+
+class ModelNew(nn.Module):
+    def __init__(self, *init_inputs):  # the problem's sizes are baked in
+        super(ModelNew, self).__init__()
+        self.conv = nn.Conv2d(in_channels={p.in_channels}, out_channels={p.out_channels}, kernel_size=({p.kernel_h}, {p.kernel_w}),
+                              stride={tuple(p.stride)}, padding={tuple(p.padding)}, dilation={tuple(p.dilation)}, bias={p.bias}){bias}
+        self._packed, self._packed_for = None, None
+        self._vectors, self._vectors_for = None, None
+
+    def forward(self, x):
+        if not x.is_cuda:
+            x = self.conv(x)
+{chain_in_torch(p, "            ")}            return x
 {forward_body}'''

@@ -17,6 +17,7 @@ import torch
 
 from convtune.measure import bench
 from convtune.kernels.conv_args import TORCH_DTYPES
+from convtune.kernels.export_format import level2_chain
 from convtune.measure.correctness import KB_ATOL, KB_HALF_TOLERANCE
 from convtune.problem import ConvProblem
 
@@ -49,15 +50,34 @@ class KernelBenchVerdict:
 
 
 class _Reference(torch.nn.Module):
-    """KernelBench's level-1 conv Model: one nn.Conv2d called conv1, run by torch at its defaults."""
+    """KernelBench's level-1 conv Model: one nn.Conv2d called conv1, run by torch at its defaults; for a problem with
+    an epilogue, its level-2 Model (kernels/export_format.level2_chain): the nn.Conv2d called conv, then the chain's
+    bias parameter (C_out, 1, 1) drawn with torch.randn, and a forward that runs each op after the convolution."""
 
     def __init__(self, p: ConvProblem) -> None:
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(p.in_channels, p.out_channels, (p.kernel_h, p.kernel_w), stride=p.stride,
-                                     padding=p.padding, dilation=p.dilation, bias=p.bias)
+        conv = torch.nn.Conv2d(p.in_channels, p.out_channels, (p.kernel_h, p.kernel_w), stride=p.stride,
+                               padding=p.padding, dilation=p.dilation, bias=p.bias)
+        self.chain = level2_chain(p)
+        if self.chain:
+            self.conv = conv
+            if "bias" in self.chain:
+                self.bias = torch.nn.Parameter(torch.randn((p.out_channels, 1, 1)))
+        else:
+            self.conv1 = conv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv1(x)
+        if not self.chain:
+            return self.conv1(x)
+        x = self.conv(x)
+        for op in self.chain:
+            x = x + self.bias if op == "bias" else LEVEL2_OPS[op](x)
+        return x
+
+
+LEVEL2_OPS = {"relu": torch.relu, "relu6": torch.nn.functional.relu6, "silu": torch.nn.functional.silu,
+              "gelu": torch.nn.functional.gelu, "hardswish": torch.nn.functional.hardswish,
+              "leaky_relu": lambda x: torch.nn.functional.leaky_relu(x, 0.01)}
 
 
 def load_model_new(path: Path) -> type:
@@ -76,7 +96,7 @@ def check_file(path: Path, p: ConvProblem, trials: int = 5, seed: int = 42) -> K
         torch.manual_seed(seed)
         ref = _Reference(p).to(device=dev, dtype=dtype)
         torch.manual_seed(seed)
-        new = model_new_cls().to(device=dev, dtype=dtype)
+        new = model_new_cls().to(device=dev, dtype=dtype)  # the file bakes in the problem's sizes
         with torch.no_grad():
             for t in range(trials):
                 torch.manual_seed(seed + 1 + t)

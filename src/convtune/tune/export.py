@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from convtune.errors import UnsupportedProblem
 from convtune.problem import ConvProblem
 from convtune.resolve import resolve
 
@@ -53,10 +54,15 @@ def run_export(cfg: DictConfig) -> int:
     if refused:
         print(f"error: {refused}: nothing exported")
         return 1
+    try:
+        text = render_kernelbench(p, meta, precision, f"{source}; {meta.short()}", setup.kernel_name)
+    except UnsupportedProblem as e:  # an epilogue KernelBench's format or the variant's renderer does not take
+        print(f"error: {e}: nothing exported")
+        return 1
     out = Path(cfg.export_path) if cfg.export_path else setup.cwd / "exports" / f"{p.name}.py"
     out = out if out.is_absolute() else setup.cwd / out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_kernelbench(p, meta, precision, f"{source}; {meta.short()}", setup.kernel_name))
+    out.write_text(text)
     print(f"wrote {out}: {p.name}, {setup.kernel_name} {meta.label()} ({source}), "
           + (f"precision {precision}" if p.dtype == "float32" else p.dtype))
     if setup.interpreted:

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.export_format import IMPORTS, epilogue_source, model_new, pinned_block, rounding_source, source_of
+from convtune.kernels.export_format import IMPORTS, epilogue_source, level2_chain, model_new, pinned_block, rounding_source, source_of
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import Host
 from convtune.kernels.identity import kernel_identity
@@ -327,10 +327,15 @@ PREVIOUS_SOURCE_HASHES = ("d1dc565d8466", "6dc0b20b7746")
 def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
     from convtune.kernels.variants import implicit_gemm as ig
 
-    wrapper = pinned_block(m, precision, provenance, p) + f'''
+    chain = level2_chain(p)
+    bias_row = 2 * chain.index("bias") + 1 if "bias" in chain else None
+    wrapper = pinned_block(m, precision, provenance, p) + (f"EPILOGUE = {code(chain)}  # {', '.join(chain)}: "
+                                                           "apply_epilogue's ops, 4 bits each\n" if chain else
+                                                           "EPILOGUE = 0\n") + f'''
 
-def conv2d_triton(x, weight, bias, packed=None):
-    """`packed`: pack_weight's (weight, KWP, J0) for this input's vector width, made here when not given."""
+def conv2d_triton(x, weight, bias, packed=None, vectors=None):
+    """`packed`: pack_weight's (weight, KWP, J0) for this input's vector width, made here when not given; `vectors`:
+    the epilogue's per-channel rows (EPILOGUE: each op's scale and shift)."""
     n, c, h, w = x.shape
     c_out, _, kh, kw = weight.shape
     oh = (h + 2 * PADDING[0] - DILATION[0] * (kh - 1) - 1) // STRIDE[0] + 1
@@ -340,10 +345,10 @@ def conv2d_triton(x, weight, bias, packed=None):
     wp, kwp, j0 = packed if packed is not None else pack_weight(weight, PADDING[1], vec, ROUND)
     grid = (n * triton.cdiv(oh * ow, BLOCK_M), triton.cdiv(c_out, BLOCK_N))
     _conv2d_igemm_kernel[grid](
-        x, wp, bias if bias is not None else x, out, x, x,
+        x, wp, bias if bias is not None else x, out, vectors if vectors is not None else x, x,
         C=c, H=h, W=w, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KWP=kwp, J0=j0, SH=STRIDE[0], SW=STRIDE[1],
         PH=PADDING[0], DH=DILATION[0], DW=DILATION[1], VEC=vec, HAS_BIAS=bias is not None, PRECISION=PRECISION,
-        ROUND_A=ROUND, OUT_CL=False, EPILOGUE=0, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        ROUND_A=ROUND, OUT_CL=False, EPILOGUE=EPILOGUE, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
         LLVM_OPT="O3",  # Triton's own level: every size is a constexpr, so the judge's check covers this binary
     )
     return out
@@ -353,8 +358,16 @@ def conv2d_triton(x, weight, bias, packed=None):
         key = (w.data_ptr(), w._version, vec)  # pad and round the weight again only when it changes
         if self._packed_for != key:
             self._packed, self._packed_for = pack_weight(w.detach(), PADDING[1], vec, ROUND), key
+''' + (f'''\
+        bias = self.bias.detach().reshape(-1)
+        if self._vectors_for != (bias.data_ptr(), self.bias._version, x.dtype):  # the bias op's row of the epilogue
+            self._vectors = torch.zeros(({2 * len(chain)}, bias.numel()), device=x.device, dtype=x.dtype)
+            self._vectors[{bias_row}] = bias
+            self._vectors_for = (bias.data_ptr(), self.bias._version, x.dtype)
+        return conv2d_triton(x, w, self.conv1.bias, self._packed, self._vectors)
+''' if bias_row is not None else '''\
         return conv2d_triton(x, w, self.conv1.bias, self._packed)
-''')
+'''))
     return "\n\n".join((IMPORTS, rounding_source(), epilogue_source(), source_of(ig._conv2d_igemm_kernel),
                         source_of(ig.choose_vec, ig.row_window, ig.pack_weight))) + "\n" + wrapper
 

@@ -46,7 +46,9 @@ from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits,
                                        round_tf32_even_ptx, round_to_tf32_even)
-from convtune.kernels.selfcheck import agrees
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.selfcheck import agrees, check_epilogue
+from convtune.problem import EPILOGUE_OPS
 
 RESTRICTED_TO = "precision tf32 (float32), a 1x1 kernel, stride 1, padding 0, up to 65535 images"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -64,9 +66,10 @@ SPACE = Space("nchw_1x1", (
 
 @triton.jit
 def _conv2d_1x1_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr,  # x_ptr: a TMA descriptor of the input as [N, C, H·W] (X_TMA), else the input
+    x_ptr, w_ptr, b_ptr, y_ptr, e_ptr, r_ptr,  # x_ptr: a TMA descriptor of the input as [N, C, H·W] (X_TMA), else it
     C: tl.constexpr, HW: tl.constexpr, C_OUT: tl.constexpr,
     HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, X_TMA: tl.constexpr, ROUND: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -100,7 +103,10 @@ def _conv2d_1x1_kernel(
         y_offs = (n.to(tl.int64) * HW + offs_m)[:, None] * C_OUT + offs_n[None, :]
     else:  # NCHW: a channel's positions are contiguous
         y_offs = n.to(tl.int64) * (C_OUT * HW) + offs_m[:, None] + offs_n[None, :] * HW
-    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:  # the residual is laid out as the output
+        acc = apply_epilogue(acc, e_ptr, r_ptr, offs_n, n_mask, y_offs, y_mask, C_OUT, EPILOGUE, y_ptr.dtype.element_ty)
+    tl.store(y_ptr + y_offs, acc, mask=y_mask)
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ def tma_fits(hw: int, element_bytes: int = 4) -> bool:
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
-              element_bytes: int = 4) -> LaunchPlan:
+              element_bytes: int = 4, chain: tuple[str, ...] = ()) -> LaunchPlan:
     """The plan of a call whose tensors have `element_bytes` bytes an element (4, or 2: 16-bit, whose plan precision
     is tf32_trunc: kernel_precision), or UnsupportedProblem (ConfigError for the configuration) naming what this kernel
     does not take and what runs it instead."""
@@ -144,7 +150,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     check_meta(meta)
     hw = g.h * g.w
     cx = dict(C=g.c, HW=hw, C_OUT=g.c_out, HAS_BIAS=has_bias, OUT_CL=out_cl, X_TMA=tma_fits(hw, element_bytes),
-              ROUND=element_bytes == 4, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
+              ROUND=element_bytes == 4, EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
               num_stages=meta.num_stages)
     grid = (triton.cdiv(hw, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N), g.n)
     return LaunchPlan(grid, (g.n, g.c_out, g.h, g.w), out_cl, cx, tuple(sorted(cx.items())))
@@ -209,45 +215,51 @@ def _x_arg(cx: dict, x: torch.Tensor) -> Any:
 
 
 def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-            level: str) -> Any:
-    return _conv2d_1x1_kernel[grid](_x_arg(cx, x), wp, b, out, **cx, LLVM_OPT=level)
+            e: torch.Tensor, r: torch.Tensor, level: str) -> Any:
+    return _conv2d_1x1_kernel[grid](_x_arg(cx, x), wp, b, out, e, r, **cx, LLVM_OPT=level)
 
 
-_binaries = BoundLaunches("nchw_1x1", lambda: _conv2d_1x1_kernel, 4)
+_binaries = BoundLaunches("nchw_1x1", lambda: _conv2d_1x1_kernel, 6)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> tuple[Any, str]:
-    """Launch a plan on tensors that match it (`x` as readable_input makes it, `out` in the plan's layout). Returns the
-    compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (`x` as readable_input makes it, `out` in the plan's layout, `epilogue`
+    the plan's chain). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
     wp = packed_weight(weight)
     b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
+    e = epilogue.vectors if epilogue.vectors is not None else out  # not read without a chain that uses them
+    r = epilogue.residual_as(plan.out_cl) if epilogue.residual is not None else out
     cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
-    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid, (_x_arg(cx, x), wp, b, out),
-                         cx, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                         lambda lvl: _launch(cx, plan.grid, x, wp, b, out, lvl))
+        return _launch(cx, plan.grid, x, wp, b, out, e, r, "none"), "none"
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out, e, r), plan.grid,
+                         (_x_arg(cx, x), wp, b, out, e, r), cx,
+                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out, epilogue),
+                         lambda lvl: _launch(cx, plan.grid, x, wp, b, out, e, r, lvl))
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-              out: torch.Tensor) -> bool:
+              out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
     """Compile the binary at `level` and run it on one image (the batch is the grid's, not the binary's) against
-    float64 (kernels/llvm_opt.py: why)."""
+    float64, with its epilogue (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
     c_out, h, w = plan.out_shape[1:]
     t = one_image(x, weight, bias, out, (cx["C"], h, w), False, (c_out, h, w), plan.out_cl, 20261123)
+    ep = check_epilogue(epilogue, t.out)
     with llvm_opt.compiling_at(level):
         _launch(cx, (plan.grid[0], 1), t.x, pack_weight(t.weight), t.bias if t.bias is not None else t.out, t.out,
+                ep.vectors if ep.vectors is not None else t.out, ep.residual if ep.residual is not None else t.out,
                 level)
-    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (0, 0), (1, 1), "tf32")
+    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (0, 0), (1, 1), "tf32", ep)
 
 
-def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
-    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size())
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+          chain: tuple[str, ...] = ()) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size(), chain)
 
 
-HOST = Host(_plan, readable_input, run, dtypes=DTYPES)
+HOST = Host(_plan, readable_input, run, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -260,7 +272,8 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx])
-PREVIOUS_SOURCE_HASHES = ("439865208f23", "3e258e020276")
+# e71a7300b70a: the same kernel before it took an epilogue (a binary without one computes as it did)
+PREVIOUS_SOURCE_HASHES = ("439865208f23", "3e258e020276", "e71a7300b70a")
 
 
 

@@ -35,15 +35,18 @@ from convtune.kernels.nhwc_tiles import (GROUP_M, TF32_TIES, default_meta, defau
 from convtune.kernels.layout import to_channels_last
 from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx,
                                         round_to_tf32_even, rounds_operands)
-from convtune.kernels.selfcheck import agrees
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.selfcheck import agrees, check_epilogue
+from convtune.problem import EPILOGUE_OPS
 
 @triton.jit(do_not_specialize=["M"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, M,  # w_ptr: the packed weight, or a TMA descriptor of it as [C_OUT, K] (W_TMA)
+    x_ptr, w_ptr, b_ptr, y_ptr, e_ptr, r_ptr, M,  # w_ptr: the packed weight, or a TMA descriptor of it as [C_OUT, K] (W_TMA)
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
     DH: tl.constexpr, DW: tl.constexpr,
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, ROUND_A: tl.constexpr, OUT_CL: tl.constexpr, W_TMA: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -95,7 +98,10 @@ def _conv2d_nhwc_kernel(
         y_offs = offs_m.to(tl.int64)[:, None] * C_OUT + offs_n[None, :]
     else:  # NCHW: a channel's positions are contiguous
         y_offs = (img.to(tl.int64) * (C_OUT * OHW) + p)[:, None] + offs_n[None, :] * OHW
-    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:  # the residual is laid out as the output
+        acc = apply_epilogue(acc, e_ptr, r_ptr, offs_n, n_mask, y_offs, y_mask, C_OUT, EPILOGUE, y_ptr.dtype.element_ty)
+    tl.store(y_ptr + y_offs, acc, mask=y_mask)
 
 
 @dataclass(frozen=True)
@@ -120,13 +126,14 @@ def round_input(x: torch.Tensor, plan: "LaunchPlan") -> torch.Tensor:
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
-              weight_tma: bool = True, input_rounded: bool = False, element_bytes: int = 4) -> LaunchPlan:
+              weight_tma: bool = True, input_rounded: bool = False, element_bytes: int = 4,
+              chain: tuple[str, ...] = ()) -> LaunchPlan:
     """`weight_tma`: load the weight tiles through a TMA descriptor where its rows allow one (tma_fits): on the
     H200 it took 3-16 % off five of the seven stride-1 layers (alexnet_conv2 0.691 against 0.809 ms at their
     best configurations, vgg16_conv3_2 0.350 against 0.397) and added 1 % on resnet50_layer1_1x1 and 9 % on
     resnet50_layer2_3x3 (0.076 against 0.069 ms). `input_rounded`: for `tf32`, the input the plan will be given is rounded to
     nearest TF32 already (round_input), so the kernel does not round its tiles. `element_bytes`: 4, or 2 for a
-    16-bit call."""
+    16-bit call. `chain`: the epilogue it fuses (kernels/epilogue.py)."""
     m = g.n * g.oh * g.ow
     if m * g.c_out >= 2**31:
         raise UnsupportedProblem(f"the output has {m * g.c_out} elements; int32 indexing allows < 2**31")
@@ -136,41 +143,43 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, SH=g.stride[0],
               SW=g.stride[1], PH=g.padding[0], PW=g.padding[1], DH=g.dilation[0], DW=g.dilation[1],
               HAS_BIAS=has_bias, PRECISION=dot_precision(precision), ROUND_A=rounds and not input_rounded, OUT_CL=out_cl,
-              W_TMA=weight_tma and tma_fits(g.c, element_bytes), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
+              W_TMA=weight_tma and tma_fits(g.c, element_bytes), EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K,
               GROUP=GROUP_M, num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
     grid = (triton.cdiv(m, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
     return LaunchPlan(grid, m, (g.n, g.c_out, g.oh, g.ow), rounds, out_cl, input_rounded, cx,
                       tuple(sorted(cx.items())))
 
 
-_binaries = BoundLaunches("nhwc_igemm", lambda: _conv2d_nhwc_kernel, 5)
+_binaries = BoundLaunches("nhwc_igemm", lambda: _conv2d_nhwc_kernel, 7)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> tuple[Any, str]:
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
     """Launch a plan on tensors that match it (the caller has checked them; `x` channels_last-contiguous, `out`
     in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt).
     A binary's later launches go past Triton's per-call dispatch, the host cost that kept torch on NCHW keys our
-    kernel won on GPU time (docs/PERFORMANCE.md)."""
+    kernel won on GPU time (docs/PERFORMANCE.md). `epilogue`: the plan's chain and its tensors."""
     wp = packed_weight(weight, plan.round_weight)
     b = bias if bias is not None else x
+    e = epilogue.vectors if epilogue.vectors is not None else x
+    r = epilogue.residual_as(plan.out_cl) if epilogue.residual is not None else x
     cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _launch(cx, x, wp, b, out, plan.m, "none"), "none"
-    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid,
-                         (x, weight_arg(cx, wp), b, out, plan.m), cx,
-                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                         lambda lvl: _launch(cx, x, wp, b, out, plan.m, lvl))
+        return _launch(cx, x, wp, b, out, e, r, plan.m, "none"), "none"
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out, e, r), plan.grid,
+                         (x, weight_arg(cx, wp), b, out, e, r, plan.m), cx,
+                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out, epilogue),
+                         lambda lvl: _launch(cx, x, wp, b, out, e, r, plan.m, lvl))
 
 
 def _plan(input_rounded: bool) -> Any:
-    return lambda x, g, has_bias, meta, precision, out_cl, weight_tma=True: make_plan(
-        g, has_bias, meta, precision, out_cl, weight_tma, input_rounded, x.element_size())
+    return lambda x, g, has_bias, meta, precision, out_cl, weight_tma=True, chain=(): make_plan(
+        g, has_bias, meta, precision, out_cl, weight_tma, input_rounded, x.element_size(), chain)
 
 
 # `weight_tma` (make_plan) is a launch option: launch(..., weight_tma=False)
 DTYPES = ("float32", "bfloat16", "float16")
-HOST = Host(_plan(False), round_input, run, channels_last=True, dtypes=DTYPES)
+HOST = Host(_plan(False), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 # The `nhwc_preround` variant: the input rounded to nearest TF32 before the kernel (for `tf32`; any other precision
 # runs as nhwc_igemm does). Why a variant of its own: rounding the A tiles in the kernel sends them from shared memory
@@ -180,28 +189,31 @@ launch, prepared = HOST.launch, HOST.prepared
 # over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in the copy an NCHW
 # input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2 and
 # resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key.
-PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True, dtypes=DTYPES)
+PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
 launch_preround, prepared_preround = PREROUND_HOST.launch, PREROUND_HOST.prepared
 
 
-def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, m: int, level: str) -> Any:
+def _launch(cx: dict, x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
+            r: torch.Tensor, m: int, level: str) -> Any:
     grid = (triton.cdiv(m, cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
-    return _conv2d_nhwc_kernel[grid](x, weight_arg(cx, wp), b, out, m, **cx, LLVM_OPT=level)
+    return _conv2d_nhwc_kernel[grid](x, weight_arg(cx, wp), b, out, e, r, m, **cx, LLVM_OPT=level)
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-              out: torch.Tensor) -> bool:
+              out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
     """Compile the binary at `level` and run it on one image (M is not specialised: the binary is the same for any
-    batch) against float64 (kernels/llvm_opt.py: why)."""
+    batch) against float64, with its epilogue (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
     t = one_image(x, weight, bias, out, (cx["C"], cx["H"], cx["W"]), True, plan.out_shape[1:], cx["OUT_CL"], 20261122)
     if plan.input_rounded:  # as the real input is: the kernel does not round it
         t.x.copy_(round_to_tf32_even(t.x))
+    ep = check_epilogue(epilogue, t.out)
     with llvm_opt.compiling_at(level):
         _launch(cx, t.x, pack_weight(t.weight, plan.round_weight), t.bias if t.bias is not None else t.x, t.out,
+                ep.vectors if ep.vectors is not None else t.x, ep.residual if ep.residual is not None else t.x,
                 cx["OH"] * cx["OW"], level)
     return agrees(t.out, t.x, t.weight, t.bias, (cx["SH"], cx["SW"]), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]),
-                  cx["PRECISION"])
+                  cx["PRECISION"], ep)
 
 
 # The library's default for a channels_last call whose input has enough channels (serves): nhwc_igemm's K steps are
@@ -220,7 +232,8 @@ def serves(layout: str, in_channels: int) -> bool:
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel])
-PREVIOUS_SOURCE_HASHES = ("1561370120da",)
+# c8983aa8c892: the same kernel before it took an epilogue (a binary without one computes as it did)
+PREVIOUS_SOURCE_HASHES = ("1561370120da", "c8983aa8c892")
 
 
 register(KernelVariant(

@@ -42,13 +42,12 @@ from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache, bound_runner
 from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32, rounds_operands
-from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random, check_epilogue
+from convtune.kernels.variants.fold_igemm.geometry import FOLD_TILE, fold_tiling, folded_rows, split_columns
+from convtune.problem import EPILOGUE_OPS
 
 FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (strides not a power of two; not tuned)
-# Folded elements per program of the tiled fold (_fold_rows_kernel), 8 warps: L1 #50's fold 0.080 ms against 0.100 for
-# the elementwise one, which NCU found ALU-bound on its index arithmetic (89 % of the SM's ALU, DRAM 61 %). The tile
-# size was not tuned.
-FOLD_TILE = 4096
 
 # How `tf32` breaks rounding ties: away from zero, as cuDNN does on the layers this kernel serves (L1 #50 and the
 # ResNet-50 stem: kernels/precision.py)
@@ -130,10 +129,11 @@ def _fold_rows_kernel(x_ptr, y_ptr,
 
 @triton.jit
 def _conv2d_fold_kernel(
-    a_desc, w_desc, w2_desc, b_ptr, y_ptr,  # a_desc: the folded input as [positions, KWF·CF], row stride CF
+    a_desc, w_desc, w2_desc, b_ptr, y_ptr, e_ptr, r_ptr,  # a_desc: the folded input as [positions, KWF·CF], row stride CF
     HF: tl.constexpr, WF: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, C_OUT: tl.constexpr,
     KHF: tl.constexpr, ROW_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
     OUT_CL: tl.constexpr, SPLIT: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -167,14 +167,16 @@ def _conv2d_fold_kernel(
     p = (q // WF) * OW + q % WF  # the output position of q, where q % WF < OW
     valid = (q < OH * WF) & (q % WF < OW)
     y_img = y_ptr + img.to(tl.int64) * (C_OUT * OHW)
-    _store(acc, b_ptr, y_img, p, valid, n0 + tl.arange(0, N1), C_OUT, OHW, HAS_BIAS, OUT_CL)
+    r_img = r_ptr + img.to(tl.int64) * (C_OUT * OHW)  # the residual is laid out as the output
+    _store(acc, b_ptr, y_img, e_ptr, r_img, p, valid, n0 + tl.arange(0, N1), C_OUT, OHW, HAS_BIAS, OUT_CL, EPILOGUE)
     if SPLIT:
-        _store(acc2, b_ptr, y_img, p, valid, n0 + N1 + tl.arange(0, N2), C_OUT, OHW, HAS_BIAS, OUT_CL)
+        _store(acc2, b_ptr, y_img, e_ptr, r_img, p, valid, n0 + N1 + tl.arange(0, N2), C_OUT, OHW, HAS_BIAS, OUT_CL,
+               EPILOGUE)
 
 
 @triton.jit
-def _store(acc, b_ptr, y_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.constexpr, HAS_BIAS: tl.constexpr,
-           OUT_CL: tl.constexpr):
+def _store(acc, b_ptr, y_img, e_ptr, r_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.constexpr,
+           HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, EPILOGUE: tl.constexpr):
     n_mask = offs_n < C_OUT
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
@@ -182,14 +184,10 @@ def _store(acc, b_ptr, y_img, p, valid, offs_n, C_OUT: tl.constexpr, OHW: tl.con
         y_offs = p[:, None] * C_OUT + offs_n[None, :]
     else:  # NCHW: a channel's positions are contiguous
         y_offs = p[:, None] + offs_n[None, :] * OHW
-    tl.store(y_img + y_offs, acc, mask=valid[:, None] & n_mask[None, :])
-
-
-def split_columns(c_out: int, block_n: int) -> bool:
-    """Split the column tile into BLOCK_N/2 + BLOCK_N/4 where those cover every output channel and BLOCK_N alone
-    would not be needed (L1 #50's 96 channels at BLOCK_N 128: 0.343 against 0.422 ms for the convolution, M128-K32-w4-s3,
-    H200); each part must be 16 wide at least (tl.dot)."""
-    return block_n >= 64 and block_n // 2 < c_out <= block_n * 3 // 4
+    y_mask = valid[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:
+        acc = apply_epilogue(acc, e_ptr, r_img, offs_n, n_mask, y_offs, y_mask, C_OUT, EPILOGUE, y_img.dtype.element_ty)
+    tl.store(y_img + y_offs, acc, mask=y_mask)
 
 
 @dataclass(frozen=True)
@@ -211,8 +209,9 @@ class LaunchPlan:
 
 
 def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
-              element_bytes: int = 4) -> LaunchPlan:
-    """The plan for a call whose tensors have `element_bytes` bytes an element (4, or 2 for 16-bit ones)."""
+              element_bytes: int = 4, chain: tuple[str, ...] = ()) -> LaunchPlan:
+    """The plan for a call whose tensors have `element_bytes` bytes an element (4, or 2 for 16-bit ones), fusing the
+    epilogue `chain` (kernels/epilogue.py)."""
     if g.dilation != (1, 1):
         raise UnsupportedProblem(f"fold_igemm takes dilation 1 only, got {list(g.dilation)}")
     sh, sw = g.stride
@@ -233,33 +232,12 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     fold_cx.update(dict(zip(("CP", "WB"), tiling)) if tiling else {"BLOCK": FOLD_BLOCK})
     split = split_columns(g.c_out, meta.BLOCK_N)
     cx = dict(HF=hf, WF=wf, OH=g.oh, OW=g.ow, C_OUT=g.c_out, KHF=khf, ROW_PAD=row_pad, HAS_BIAS=has_bias,
-              PRECISION=dot_precision(precision), OUT_CL=out_cl, SPLIT=split, BLOCK_M=meta.BLOCK_M,
+              PRECISION=dot_precision(precision), OUT_CL=out_cl, SPLIT=split, EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M,
               BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps, num_stages=meta.num_stages)
     columns = meta.BLOCK_N * 3 // 4 if split else meta.BLOCK_N
     grid = (g.n * triton.cdiv(g.oh * wf, meta.BLOCK_M) * triton.cdiv(g.c_out, columns),)
     return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), (g.n, hf, wf, cf), folded_rows(g.n * hf * wf), (khf, kwf),
                       g.stride, row_pad, rounds, out_cl, fold_cx, cx, tuple(sorted(cx.items())))
-
-
-def fold_tiling(cf: int, stride: tuple[int, int], wf: int) -> Optional[tuple[int, int]]:
-    """(CP, WB) for the tiled fold, _fold_rows_kernel: channels a position loads (a power of two, CP·SH·SW ≥ CF) and
-    positions a program folds; None where it does not apply (a stride that is not a power of two, or more than
-    FOLD_TILE channels a position), and the elementwise _fold_kernel runs."""
-    sh, sw = stride
-    if sh & (sh - 1) or sw & (sw - 1):
-        return None
-    cp = triton.next_power_of_2(-(-cf // (sh * sw)))
-    if cp * sh * sw > FOLD_TILE:
-        return None
-    return cp, min(triton.next_power_of_2(wf), FOLD_TILE // (cp * sh * sw))
-
-
-def folded_rows(positions: int) -> int:
-    """The A descriptor's rows: the folded positions rounded up to a multiple of 16, for every batch, so that the
-    binary the one-image check runs (_right_at) is the one the real call runs whatever Triton specialises on the
-    descriptor's shape. The rows past the folded input (the buffer holds them: fold) feed only outputs that are
-    not stored (q past OH·WF), as do the KWF - 1 positions a row's taps reach past them."""
-    return -(-positions // 16) * 16
 
 
 # the fold's launches, bound as the conv's are (runner.bound_runner); the fold is Triton's to compile (not an entry
@@ -321,31 +299,34 @@ def _descriptors(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor) -> tuple[
     return a, w, w
 
 
-def _launch(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, level: str) -> Any:
-    return _conv2d_fold_kernel[plan.grid](*_descriptors(plan, xf, wp), b, out, **plan.constexprs, LLVM_OPT=level)
+def _launch(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
+            r: torch.Tensor, level: str) -> Any:
+    return _conv2d_fold_kernel[plan.grid](*_descriptors(plan, xf, wp), b, out, e, r, **plan.constexprs, LLVM_OPT=level)
 
 
-_binaries = BoundLaunches("fold_igemm", lambda: _conv2d_fold_kernel, 5)
+_binaries = BoundLaunches("fold_igemm", lambda: _conv2d_fold_kernel, 7)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> tuple[Any, str]:
-    """Fold `x` (any layout; the caller has checked it) and launch the plan, writing `out` (in the plan's layout).
-    Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
+    """Fold `x` (any layout; the caller has checked it) and launch the plan, writing `out` (in the plan's layout) with
+    its epilogue. Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
     xf = fold(x, plan)
     wp = packed_weight(weight, plan)
     b = bias if bias is not None else wp
+    e = epilogue.vectors if epilogue.vectors is not None else wp  # not read without a chain that uses them
+    r = epilogue.residual_as(plan.out_cl) if epilogue.residual is not None else wp
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _launch(plan, xf, wp, b, out, "none"), "none"
-    # the folded input and packed weight are fresh tensors, always aligned: the bias's and output's alignment pick
-    return _binaries.run(alignment_key(plan.binary_key, x.device, b, out), plan.grid,
-                         (*_descriptors(plan, xf, wp), b, out), plan.constexprs,
-                         lambda lvl: _right_at(lvl, plan, weight, bias, out),
-                         lambda lvl: _launch(plan, xf, wp, b, out, lvl))
+        return _launch(plan, xf, wp, b, out, e, r, "none"), "none"
+    # the folded input and packed weight are fresh tensors, always aligned: the others' alignment picks the binary
+    return _binaries.run(alignment_key(plan.binary_key, x.device, b, out, e, r), plan.grid,
+                         (*_descriptors(plan, xf, wp), b, out, e, r), plan.constexprs,
+                         lambda lvl: _right_at(lvl, plan, weight, bias, out, epilogue),
+                         lambda lvl: _launch(plan, xf, wp, b, out, e, r, lvl))
 
 
 def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional[torch.Tensor],
-              out: torch.Tensor) -> bool:
+              out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
     """Compile the binary at `level` and run it on one random image (the number of tiles is not specialised: the
     binary is the same for any batch) against float64 (kernels/llvm_opt.py: why), with the real output's and
     bias's 16-byte alignment (the folded input and packed weight are fresh tensors, always aligned)."""
@@ -361,16 +342,20 @@ def _right_at(level: str, plan: LaunchPlan, weight: torch.Tensor, bias: Optional
     outs = aligned_nan(shape, out)
     outs = outs.permute(0, 3, 1, 2) if cx["OUT_CL"] else outs
     wp = pack_weight(ws, one)
+    ep = check_epilogue(epilogue, outs)
     with llvm_opt.compiling_at(level):
-        _launch(one, fold(xs, one), wp, bs if bs is not None else wp, outs, level)
-    return agrees(outs, xs, ws, bs, plan.stride, (fx["PH"], fx["PW"]), (1, 1), cx["PRECISION"])
+        _launch(one, fold(xs, one), wp, bs if bs is not None else wp, outs,
+                ep.vectors if ep.vectors is not None else wp, ep.residual if ep.residual is not None else wp, level)
+    return agrees(outs, xs, ws, bs, plan.stride, (fx["PH"], fx["PW"]), (1, 1), cx["PRECISION"], ep)
 
 
-def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool) -> LaunchPlan:
-    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size())
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+          chain: tuple[str, ...] = ()) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size(), chain)
 
 
-HOST = Host(_plan, lambda x, plan: x, run, dtypes=DTYPES)  # the fold reads any layout (fold)
+# the fold reads any layout (fold)
+HOST = Host(_plan, lambda x, plan: x, run, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -387,7 +372,8 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel])
-PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7",)
+# b9f27fe16a27: the same kernel before it took an epilogue (a binary without one computes as it did)
+PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7", "b9f27fe16a27")
 
 
 from convtune.kernels.variants.fold_igemm.export import render_kernelbench  # noqa: E402
