@@ -179,10 +179,14 @@ def test_the_one_image_check_of_a_fresh_binary_applies_the_chain():
 
 
 @pytest.mark.slow
-def test_a_tracked_run_of_a_fused_problem_is_checked_against_torchs_chain_and_recorded(run_cli, store):
+def test_a_fused_problem_is_swept_checked_against_torchs_chain_and_promoted_under_its_own_key(run_cli, store, tmp_path,
+                                                                                              capsys):
+    from convtune import pins
+    from convtune.tune.promote import run_promote
     from tests.test_cli import runs_of
 
-    r = run_cli("problem=tiny", "bench=fast", "problem.epilogue=[bn,add,silu]", "precision=ieee")
+    fused = ("problem=tiny", "problem.epilogue=[bn,add,silu]", "precision=ieee")
+    r = run_cli("bench=fast", *fused)
     assert r.returncode == 0, r.stderr
     _, runs = runs_of(store)
     (run,) = [x for x in runs if "problem.epilogue" in x.data.params]
@@ -190,6 +194,26 @@ def test_a_tracked_run_of_a_fused_problem_is_checked_against_torchs_chain_and_re
     assert run.data.tags["problem_key"].endswith("-float32-then-bn.add.silu")
     assert run.data.tags["torch_reference"].endswith("then bn, add, silu in torch")
     assert run.data.metrics["rel_err"] < 1e-5
+    # promote's contest: the kernel on the fused problem against torch running the convolution and then the chain; on
+    # the CPU torch is far faster than the interpreter, and correct only if it ran the chain
+    pins_file = tmp_path / "pins.yaml"
+    assert run_promote(compose(*fused, f"tracking.uri={store}", f"pins_file={pins_file}", "promote.rounds=2",
+                               "promote.reps=1")) == 0
+    out = capsys.readouterr().out
+    assert "-float32-then-bn.add.silu/ieee) · kernel implicit_gemm" in out
+    (torch_row,) = [line for line in out.splitlines() if line.startswith("| unpinned | torch")]
+    (kernel_row,) = [line for line in out.splitlines() if line.startswith("| candidate | implicit_gemm")]
+    assert "| yes |" in torch_row and "| yes |" in kernel_row
+    assert "decision: KEEP: the current holder, torch (no pin), is the fastest contender" in out
+    assert not pins_file.exists()
+
+
+def test_first_use_and_the_candidates_preset_try_only_kernels_that_fuse_the_epilogue():
+    from convtune.library.first_use import candidates
+
+    plain = {c.kernel for c in candidates(_fused_problem(()), "tf32", None, limit=99)}
+    fused = {c.kernel for c in candidates(_fused_problem(("bn", "relu")), "tf32", None, limit=99)}
+    assert fused == {n for n in plain if VARIANTS[n].fuses(("bn", "relu"))} and fused < plain
 
 
 def test_activations_are_torchs_defaults():

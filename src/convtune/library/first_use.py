@@ -65,12 +65,13 @@ def tune(p: ConvProblem, gpu: str, capability: tuple[int, int], key: str, precis
 def candidates(p: ConvProblem, precision: str, capability: Optional[tuple[int, int]],
                limit: int = 8) -> list[pins.KernelPin]:
     """The configurations a first-use contest tries, best guesses first: each library kernel that runs on this GPU
-    and takes the call (its shape, precision and dtype), at its default and at its default's num_stages neighbours
+    and takes the call (its shape, precision, dtype and epilogue), at its default and at its default's num_stages neighbours
     (within its Space)."""
     first, then = [], []
     for name in LIBRARY_KERNELS:
         v = VARIANTS[name]
-        if not v.runs_on(capability) or not v.runs_precision(precision) or not v.takes_dtype(p.dtype):
+        if not v.runs_on(capability) or not v.runs_precision(precision) or not v.takes_dtype(p.dtype) or \
+                not v.fuses(p.epilogue):
             continue
         meta = default_meta(v, p, precision)
         if v.refuses is not None and v.refuses(p, meta, precision) is not None:
