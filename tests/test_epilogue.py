@@ -262,3 +262,18 @@ def test_export_of_a_fused_problem_writes_kernelbenchs_level2_model_and_refuses_
     assert run_export(compose(*args, "problem.epilogue=[bn,relu]", f"export_path={tmp_path / 'bn.py'}")) == 1
     assert "KernelBench runs its Models in training mode" in capsys.readouterr().out
     assert not (tmp_path / "bn.py").exists()
+
+
+def test_a_pins_key_may_name_an_epilogue_of_known_ops_only(tmp_path):
+    from convtune import pins
+    from convtune.kernels import Meta
+
+    key = _fused_problem(("bn", "add", "relu")).key() + "/tf32"
+    pin = pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2))
+    f = tmp_path / "pins.yaml"
+    pins.create_empty(f)
+    pins.write_pin(f, "interpreter", "implicit_gemm", key, pin, {"rule": "test"})
+    assert key in pins.load(f)["pins"]["interpreter"]["implicit_gemm"]
+    for wrong in (key.replace("bn.add.relu", "bn.tanh"), key.replace("-then-", "-then")):
+        with pytest.raises(pins.PinsError, match="is not a problem key"):
+            pins.write_pin(f, "interpreter", "implicit_gemm", wrong, pin, {"rule": "test"})

@@ -34,14 +34,20 @@ def passes(model):
 
 def test_the_pairs_are_found_by_tracing_and_the_report_names_them():
     model, _, report = converted()
-    assert {s.name: s.pattern for s in report} == {**{c: f"conv+bn ({b})" for c, b in FOLDED.items()}, "5.conv": "conv"}
-    assert "7 fold a batch norm" in str(report) and "[conv+bn (3.bn1): Conv2d(8, 16" in str(report)
+    relus = {"0": "2", "3.conv1": "3.relu", "4.conv1": "4.relu", "4.conv2": "4.relu"}  # a ReLU takes the bn's output
+    assert {s.name: s.pattern for s in report} == {
+        **{c: f"conv+bn+relu ({b}, {relus[c]})" if c in relus else f"conv+bn ({b})" for c, b in FOLDED.items()},
+        "5.conv": "conv"}
+    assert "7 fold a batch norm" in str(report) and "[conv+bn+relu (3.bn1, 3.relu): Conv2d(8, 16" in str(report)
     assert isinstance(dict(model.named_modules())["3.bn1"], fold_bn.FoldedBatchNorm2d)
     assert type(dict(model.named_modules())["5.bn"]) is torch.nn.BatchNorm2d  # its conv's output is used twice
     assert list(model.state_dict()) == list(tiny_resnet().state_dict())  # the same keys: checkpoints still load
-    pairs, why = fold_bn.conv_bn_pairs(torch.nn.Sequential(BasicBlock(4, 4), Bottleneck(4, 1)))
-    assert why is None and pairs == [("0.conv1", "0.bn1"), ("0.conv2", "0.bn2"), ("1.conv1", "1.bn1"),
-                                     ("1.conv2", "1.bn2"), ("1.conv3", "1.bn3")]
+    chains, why = fold_bn.conv_bn_chains(torch.nn.Sequential(BasicBlock(4, 4), Bottleneck(4, 1)))
+    # the ReLU after a batch norm where nothing else takes its output (the blocks' shared relu, called three times);
+    # not after the residual add
+    assert why is None and chains == [("0.conv1", "0.bn1", "0.relu"), ("0.conv2", "0.bn2", None),
+                                      ("1.conv1", "1.bn1", "1.relu"), ("1.conv2", "1.bn2", "1.relu"),
+                                      ("1.conv3", "1.bn3", None)]
 
 
 def test_the_folded_weight_and_bias_are_the_float64_fold_rounded_once():
@@ -153,13 +159,18 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
         torch._dynamo.reset()
         return Counter(g.create_fn_name() for g in guards)["CLOSURE_MATCH"]
 
-    blocks = [Bottleneck(16, 4) for _ in range(4)]  # 12 convolutions, 12 batch norms
-    kept, folded = (torch.nn.Sequential(*copy.deepcopy(blocks)).eval() for _ in range(2))
-    convtune.nn.convert(kept, x, leave_torch_layers=False)
-    convtune.nn.convert(folded, x, leave_torch_layers=False, fold_bn_layers=True)
-    ref = closure_guards(torch.nn.Sequential(*copy.deepcopy(blocks)).eval())
-    assert closure_guards(kept) - ref <= 2 and closure_guards(folded) - ref <= 4, (ref, closure_guards(kept),
-                                                                                    closure_guards(folded))
+    counts = {}
+    for n in (2, 4):  # 6 and 12 convolutions, batch norms; 2 and 4 shared ReLU modules
+        blocks = [Bottleneck(16, 4) for _ in range(n)]
+        kept, folded = (torch.nn.Sequential(*copy.deepcopy(blocks)).eval() for _ in range(2))
+        convtune.nn.convert(kept, x, leave_torch_layers=False)
+        convtune.nn.convert(folded, x, leave_torch_layers=False, fold_bn_layers=True)
+        counts[n] = (closure_guards(torch.nn.Sequential(*blocks).eval()), closure_guards(kept), closure_guards(folded))
+    # the same number whatever the layers: the functions the modules name (torch's forwards, passes_through, ...),
+    # guarded once each
+    assert counts[2] == counts[4], counts
+    ref, kept_guards, folded_guards = counts[4]
+    assert kept_guards - ref <= 2 and folded_guards - ref <= 6, counts[4]
 
 
 @pytest.mark.parametrize("pinned_key_has_bias", [True, False])
@@ -199,5 +210,64 @@ def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tm
         with torch.no_grad():
             torch.testing.assert_close(model(x), ref(x), rtol=2e-3, atol=2e-3)  # tf32: the kernel rounds to TF32
         assert bool(functional.cached_plans()) is pinned_key_has_bias  # the kernel's plan, made for the folded call
+    finally:
+        dispatch.forget()
+
+
+@pytest.mark.parametrize("fused_pin", [True, False])
+def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_the_fused_problem_says_so(
+        tmp_path, monkeypatch, fused_pin):
+    """A conv → bn → ReLU whose links go nowhere else: where the pins name a kernel for the fused problem (the
+    convolution with the folded bias, then `relu`), the kernel runs the ReLU (Triton's interpreter here) and the ReLU
+    module hands its output on; without such a pin the layer runs the folded convolution alone and the ReLU runs. Either
+    way the output is the unconverted model's; a call that records gradients fuses and folds nothing."""
+    from convtune import pins
+    from convtune.kernels import Meta
+    from convtune.library import dispatch, fused
+    from convtune.pins import overlay
+    from convtune.problem import ConvProblem
+
+    f = tmp_path / "pins.yaml"
+    pins.create_empty(f)
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU()).eval()
+    model[1].running_mean.uniform_(-0.5, 0.5)
+    model[1].running_var.uniform_(0.5, 2.0)
+    ref = copy.deepcopy(model)
+    key = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, epilogue=("relu",)).key()
+    assert key.endswith("-bias-nchw-float32-then-relu")
+    if fused_pin:
+        pins.write_pin(f, "interpreter", "implicit_gemm", pins.pin_key(key, "tf32"),
+                       pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2)), {"rule": "test"})
+    dispatch.forget()
+    ran = []
+    monkeypatch.setattr(torch.nn.ReLU, "forward", lambda self, x, f=torch.nn.ReLU.forward: ran.append(1) or f(self, x))
+    try:
+        x = torch.rand(1, 3, 8, 8)
+        report = convtune.nn.convert(model, x, fold_bn_layers=True)
+        assert report[0].pattern == "conv+bn+relu (1, 2)" and type(model[2]) is fused.FusedReLU
+        assert report[0].runs.endswith(
+            f"; with its ReLU: convtune implicit_gemm M16-N16-K16-w4-s2 (pin interpreter / implicit_gemm / {key}/tf32)"
+            if fused_pin else f"; with its ReLU: torch (no pin for {key}/tf32 on interpreter: the library runs a kernel "
+                              "only where a measurement on this GPU (or its family) pinned it)"), report[0].runs
+        dispatch.forget()
+        ran.clear()
+        with torch.no_grad():
+            want = ref(x)
+            ran.clear()
+            got = model(x)
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)  # tf32: the kernel rounds to TF32
+        assert (ran == []) is fused_pin  # torch's ReLU did not run where the kernel applied it
+        assert [v is pins.TORCH for v in fused._plans.values()] == [not fused_pin]
+        ran.clear()
+        x.requires_grad_(True)
+        torch.testing.assert_close(model(x), ref(x), rtol=2e-3, atol=2e-3)  # training: torch's bn and ReLU
+        assert len(ran) == 2
     finally:
         dispatch.forget()

@@ -30,6 +30,8 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
+from convtune.library.fused import FusedReLU
+
 
 class FoldedBatchNorm2d(torch.nn.BatchNorm2d):
     """A BatchNorm2d folded into the convolution that feeds it (convtune.nn.Conv2d): where that convolution folds, it
@@ -104,30 +106,43 @@ def folded_params(conv: Any, bn: torch.nn.BatchNorm2d) -> tuple[torch.Tensor, to
 
 
 class _LeafTracer(torch.fx.Tracer):
-    """Traces a model down to its convolutions and batch norms (convtune's Conv2d included) as single calls."""
+    """Traces a model down to its convolutions, batch norms and ReLU modules (convtune's included) as single calls."""
 
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
-        return isinstance(m, (torch.nn.Conv2d, torch.nn.BatchNorm2d)) or super().is_leaf_module(m, qualname)
+        return isinstance(m, (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU)) or \
+            super().is_leaf_module(m, qualname)
 
 
-def conv_bn_pairs(model: torch.nn.Module) -> tuple[list[tuple[str, str]], Optional[str]]:
-    """The (convolution, batch norm) module names where the batch norm's only input is the convolution's output, the
-    convolution's output goes nowhere else, and each module is called once; and why none were looked for (the model
-    does not trace with torch.fx), or None."""
+def _only_user(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The one module call that takes `node`'s value as its only argument, if that is all that uses it."""
+    users = list(node.users)
+    if len(users) != 1 or users[0].op != "call_module" or users[0].args != (node,) or users[0].kwargs:
+        return None
+    return users[0]
+
+
+def conv_bn_chains(model: torch.nn.Module) -> tuple[list[tuple[str, str, Optional[str]]], Optional[str]]:
+    """The (convolution, batch norm, ReLU or None) module names where the batch norm's only input is the
+    convolution's output, the convolution's output goes nowhere else, and each of the two is called once; the ReLU
+    module (torch.nn.ReLU, called anywhere else too) where it takes the batch norm's output and nothing else does
+    (library/fused.py fuses it). And why none were looked for (the model does not trace with torch.fx), or None."""
     try:
         graph = _LeafTracer().trace(model)
     except Exception as e:  # fx raises what the model's Python does: control flow on values, unsupported calls
         return [], f"not traced by torch.fx ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     modules = dict(model.named_modules())
     calls = Counter(node.target for node in graph.nodes if node.op == "call_module")
-    pairs = []
+    chains = []
     for node in graph.nodes:
         if node.op != "call_module" or not isinstance(modules.get(node.target), torch.nn.Conv2d):
             continue
-        users = list(node.users)
-        if len(users) != 1 or users[0].op != "call_module" or users[0].args != (node,) or users[0].kwargs:
+        bn = _only_user(node)
+        if bn is None or calls[node.target] != 1 or calls[bn.target] != 1 or \
+                foldable(modules[node.target], modules[bn.target]) is not None:
             continue
-        bn_name = users[0].target
-        if calls[node.target] == 1 and calls[bn_name] == 1 and foldable(modules[node.target], modules[bn_name]) is None:
-            pairs.append((node.target, bn_name))
-    return pairs, None
+        relu = _only_user(bn)
+        relu_name = relu.target if relu is not None and type(modules.get(relu.target)) in (torch.nn.ReLU, FusedReLU) \
+            else None
+        chains.append((node.target, bn.target, relu_name))
+    return chains, None
+

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from convtune.errors import UnsupportedProblem
-from convtune.library import call_key, fold_bn, functional
+from convtune.library import call_key, fold_bn, functional, fused
 from convtune.library import dispatch
 from convtune.library.call_key import default_precision
 from convtune.library.functional import conv2d, decision
@@ -49,6 +49,9 @@ class Conv2d(torch.nn.Conv2d):
     # Set by convert (in the instance's __dict__, so that it is no submodule: the state_dict keeps its keys): the batch
     # norm this layer's calls that record no gradients fold in (library/fold_bn.py)
     _bn: Optional[torch.nn.BatchNorm2d] = None
+    # Set by convert with _bn where a torch.nn.ReLU takes the batch norm's output alone: its calls that fold run the
+    # ReLU in the kernel where the pins say a kernel wins the fused problem (library/fused.py)
+    _fuses_relu: bool = False
 
     _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
 
@@ -90,13 +93,18 @@ class Conv2d(torch.nn.Conv2d):
         else:  # a subclass, or weight_norm and the like moved a parameter: ordinary attribute lookup
             weight, bias = self.weight, self.bias
         bn = self._bn
-        if bn is not None and fold_bn.folds(self, bn, x):
+        folds = bn is not None and fold_bn.folds(self, bn, x)
+        if folds:
             weight, bias = fold_bn.folded_params(self, bn)
         tf32 = cudnn_allows_tf32()
         training = torch.is_grad_enabled() and (  # records gradients (functional.records_gradients), inlined
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
         if torch.is_autocast_enabled(x.device.type):  # what torch's convolution computes with there
             x, weight, bias = self._autocast(x, weight, bias, training)
+        if folds and self._fuses_relu and self.why_torch(x) is None:
+            out = fused.conv2d(self, x, weight, bias, call_key.precision_for(tf32))  # type: ignore[arg-type]
+            if out is not None:  # the ReLU ran in the kernel
+                return out
         bound = self._bound
         precision = call_key.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
@@ -227,7 +235,7 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
         raise ValueError("leave_torch_layers needs an example_input: which layers run torch depends on the input")
     if leave_torch_layers is None:
         leave_torch_layers = example_input is not None
-    pairs, unfolded = fold_bn.conv_bn_pairs(model) if fold_bn_layers else ([], None)
+    chains, unfolded = fold_bn.conv_bn_chains(model) if fold_bn_layers else ([], None)
     swapped = []
     for name, module in model.named_modules():
         if type(module) is torch.nn.Conv2d:
@@ -235,12 +243,16 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
         if isinstance(module, Conv2d):
             swapped.append((name, module))
     modules = dict(model.named_modules())
-    folding = {}
-    for conv_name, bn_name in pairs:
+    folding, relus = {}, {}
+    for conv_name, bn_name, relu_name in chains:
         if isinstance(modules[conv_name], Conv2d):
             modules[conv_name].__dict__["_bn"] = modules[bn_name]
             modules[bn_name].__class__ = fold_bn.FoldedBatchNorm2d
             folding[conv_name] = bn_name
+            if relu_name is not None:
+                modules[conv_name].__dict__["_fuses_relu"] = True
+                modules[relu_name].__class__ = fused.FusedReLU
+                relus[conv_name] = relu_name
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
     report.unfolded = unfolded
@@ -252,6 +264,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
         pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
+        if name in relus:
+            pattern = f"conv+bn+relu ({folding[name]}, {relus[name]})"
+            runs += _fused_runs(m, seen.get(name))
         report.append(Swap(name, repr(m), runs, left, decided, pattern))
     return report
 
@@ -332,6 +347,18 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, d
                                             "torch (no pin measured under compile: tune_model.py compile=true)")
     decided = {"eager": value, "train": in_training[0], "compiled": c.value}
     return runs, all(v == TORCH for v in decided.values()), decided
+
+
+def _fused_runs(m: Conv2d, x: Optional[torch.Tensor]) -> str:
+    """What the report says of a layer's fused ReLU for the input it got: the kernel the pins run for the fused problem
+    (library/fused.py), or torch's ReLU after the convolution."""
+    if x is None or m.why_torch(x) is not None:
+        return ""
+    try:
+        d = fused.decision(m, x, m.weight, default_precision())
+    except UnsupportedProblem as e:
+        return f"; its ReLU runs as torch's ({e})"
+    return f"; with its ReLU: {'torch' if d.value == TORCH else 'convtune ' + d.value.short()} ({d.source})"
 
 
 def _has_bias(m: torch.nn.Module) -> bool:

@@ -10,6 +10,7 @@ import re
 from typing import Any, Iterable, Type
 
 from convtune.errors import ConfigError
+from convtune.kernels.epilogue import CODES
 from convtune.kernels.meta import Meta, validate_meta
 from convtune.kernels.precision import PRECISIONS
 
@@ -22,9 +23,12 @@ INTERPRETER = "interpreter"
 GPU_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ", "AMD ", "Radeon ", "Intel ")
 KNOWN_GPUS = (INTERPRETER, "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB",
               "NVIDIA GeForce RTX 4090")  # only for "did you mean"
-# "<problem key>/<precision>[+train|+compiled]": problem.ConvProblem.key(), then the precision (pins.pin_key)
+# "<problem key>/<precision>[+train|+compiled]": problem.ConvProblem.key(), then the precision (pins.pin_key); a
+# problem with an epilogue ends its key in "-then-" and its ops joined by "." (bn.relu)
+_OP = "(" + "|".join(CODES) + ")"
 KEY_PATTERN = re.compile(r"n\d+-c\d+-h\d+-w\d+-k\d+-r\d+x\d+-s\d+x\d+-p\d+x\d+-d\d+x\d+-g\d+-(bias|nobias)"
-                         r"-(nchw|channels_last)-[a-z0-9]+/(?P<precision>[a-z0-9_]+)(\+train|\+compiled)?")
+                         rf"-(nchw|channels_last)-[a-z0-9]+(-then-{_OP}(\.{_OP})*)?"
+                         r"/(?P<precision>[a-z0-9_]+)(\+train|\+compiled)?")
 CAPABILITY = re.compile(r"\d+\.\d+")  # a GPU's compute capability as 'major.minor' (gpus / <name>)
 KEY_EXAMPLE = "n256-c3-h224-w224-k96-r11x11-s4x4-p2x2-d1x1-g1-bias-nchw-float32/tf32"
 
