@@ -9,7 +9,9 @@ here:
   the folded weight and bias, made once in float64 and rounded once to the weight's dtype, and made again when a
   parameter or running statistic changes;
 - the batch norm becomes a FoldedBatchNorm2d (a subclass with no state of its own: state_dict, hooks and train()/eval()
-  are BatchNorm2d's) whose calls that fold pass their input through.
+  are BatchNorm2d's) whose calls that fold pass their input through;
+- a torch.nn.ReLU module that takes the batch norm's output alone becomes a FusedReLU, and the convolution fuses it
+  where the pins say a kernel wins the fused problem (library/fused.py).
 
 A call folds when the batch norm is in eval mode, no gradient is recorded (grad mode off, or none of the input, the
 convolution's and the batch norm's parameters requiring one) and it is not traced by torch.compile. Both modules decide

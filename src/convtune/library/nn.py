@@ -222,7 +222,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     output going nowhere else (found by tracing the model with torch.fx), is folded into that convolution for the eager
     calls that record no gradients (library/fold_bn.py); training and compiled calls run both as torch does. A layer
     that folds one is never left as torch.nn.Conv2d, and the pins decide it as the convolution with a bias that it then
-    computes. Off by default because it does not win everywhere: ResNet-50 b32 on the H200 ran 1.29x eager torch under
+    computes. Where a torch.nn.ReLU module takes the batch norm's output alone, the layer's folded calls run that ReLU
+    in the kernel where the pins say a kernel wins the fused problem (library/fused.py; the report's pattern
+    `conv+bn+relu`). Off by default because it does not win everywhere: ResNet-50 b32 on the H200 ran 1.29x eager torch under
     bfloat16 autocast with it, level in float32, and 0.92-0.95x torch.compile(model) compiled: the graph is torch's, but
     its modules stay convtune's (convert otherwise hands such layers back to torch's), and each compiled call pays host
     time for them."""
