@@ -202,6 +202,7 @@ def test_a_fused_problem_is_swept_checked_against_torchs_chain_and_promoted_unde
     out = capsys.readouterr().out
     assert "-float32-then-bn.add.silu/ieee) · kernel implicit_gemm" in out
     (torch_row,) = [line for line in out.splitlines() if line.startswith("| unpinned | torch")]
+    assert "| torch.nn.functional.conv2d (cuDNN on a GPU), then bn, add, silu in torch |" in torch_row
     (kernel_row,) = [line for line in out.splitlines() if line.startswith("| candidate | implicit_gemm")]
     assert "| yes |" in torch_row and "| yes |" in kernel_row
     assert "decision: KEEP: the current holder, torch (no pin), is the fastest contender" in out

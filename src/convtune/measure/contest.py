@@ -46,6 +46,7 @@ class Contender:
     kernel: Optional[KernelVariant] = None  # the kernel `meta` configures (None for TORCH)
     error: Optional[str] = None  # why it failed (remeasure): its launch's error, or the check's verdict, in one line
     launched: Optional[bool] = None  # False: its launch raised (it cannot run here: shared memory, say)
+    chain: tuple[str, ...] = ()  # the problem's epilogue (remeasure sets it): torch runs it after its convolution
 
     @property
     def median_ms(self) -> Optional[float]:
@@ -54,7 +55,8 @@ class Contender:
     @property
     def label(self) -> str:
         if self.meta == TORCH:
-            return "torch.nn.functional.conv2d (cuDNN on a GPU)"
+            return "torch.nn.functional.conv2d (cuDNN on a GPU)" + (f", then {', '.join(self.chain)} in torch"
+                                                                     if self.chain else "")
         return f"{self.kernel.name + ': ' if self.kernel else ''}{self.meta.label()}"  # type: ignore[union-attr]
 
 
@@ -85,6 +87,7 @@ def remeasure(p: ConvProblem, contenders: list[Contender], precision: str, tol: 
     torch.backends.cudnn.benchmark = True
     try:
         for c in contenders:
+            c.chain = tuple(p.epilogue)
             out = poisoned_output(p, dev)  # in the problem's layout, as the measured runs wrote it
             try:
                 call = _call_of(c, p, x, w, b, precision, out, ep)
