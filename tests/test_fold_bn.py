@@ -173,6 +173,23 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
     assert kept_guards - ref <= 2 and folded_guards - ref <= 6, counts[4]
 
 
+def _own_pins(tmp_path, monkeypatch):
+    """An empty pins file of the test's own, read alone (no overlay, no tuning on first use), and the interpreter on:
+    the pins the test writes there decide."""
+    from convtune import pins
+    from convtune.library import dispatch
+    from convtune.pins import overlay
+
+    f = tmp_path / "pins.yaml"
+    pins.create_empty(f)
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    return f
+
+
 @pytest.mark.parametrize("pinned_key_has_bias", [True, False])
 def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tmp_path, monkeypatch,
                                                                               pinned_key_has_bias):
@@ -182,16 +199,9 @@ def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tm
     from convtune import pins
     from convtune.kernels import Meta
     from convtune.library import dispatch, functional
-    from convtune.pins import overlay
     from convtune.problem import ConvProblem
 
-    f = tmp_path / "pins.yaml"
-    pins.create_empty(f)
-    monkeypatch.setenv(pins.ENV_VAR, str(f))
-    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
-    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    f = _own_pins(tmp_path, monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)).eval()
     model[1].running_mean.uniform_(-0.5, 0.5)
@@ -224,16 +234,9 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
     from convtune import pins
     from convtune.kernels import Meta
     from convtune.library import dispatch, fused
-    from convtune.pins import overlay
     from convtune.problem import ConvProblem
 
-    f = tmp_path / "pins.yaml"
-    pins.create_empty(f)
-    monkeypatch.setenv(pins.ENV_VAR, str(f))
-    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
-    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    f = _own_pins(tmp_path, monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
                                 torch.nn.ReLU()).eval()

@@ -164,7 +164,7 @@ class ConvProblem:
         """Flat `problem.*` params for the tracker."""
         out = {f"problem.{k}": (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         del out["problem.epilogue"]
-        if self.epilogue:  # a run of the convolution alone records none, as before the key existed
+        if self.epilogue:  # a run of the convolution alone records none: its params are those of every such run
             out["problem.epilogue"] = ",".join(self.epilogue)
         out.update({"problem.out_h": self.out_h, "problem.out_w": self.out_w})
         return out

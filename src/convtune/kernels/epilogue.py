@@ -4,7 +4,7 @@ in order to the float32 sums in registers, before the one rounding to the output
 - `Epilogue` holds a chain and its tensors: one (scale, shift) pair of per-channel vectors per op (bn uses both, bias
   the shift, the rest none) and the residual of `add`, in the output's shape.
 - `apply_epilogue` is the jit function a kernel calls on its accumulator tile. The chain reaches it as one constexpr
-  (`code`: 4 bits an op), so each chain compiles its own binary and a kernel without one compiles as before. In 16
+  (`code`: 4 bits an op), so each chain compiles its own binary and a call without one compiles no epilogue. In 16
   bits it rounds each step's result as torch does, so that it matches torch's chain by KernelBench's allclose.
 - `torch_chain` is the same chain run by torch, op after op, for the judge (at the output's dtype, rounding after each
   op as torch does) and for the float64 reference.
@@ -25,6 +25,9 @@ from convtune.problem import EPILOGUE_OPS, LEAKY_RELU_SLOPE, parse_epilogue
 
 # op → its 4-bit code in `code(chain)`; 0 ends the chain. The numbers are apply_epilogue's branches.
 CODES = {op: i + 1 for i, op in enumerate(EPILOGUE_OPS)}
+# each activation as torch computes it, at its defaults (gelu exact)
+TORCH_ACTIVATIONS = {"relu": F.relu, "relu6": F.relu6, "silu": F.silu, "gelu": F.gelu, "hardswish": F.hardswish,
+                     "leaky_relu": lambda y: F.leaky_relu(y, LEAKY_RELU_SLOPE)}
 
 
 def code(chain: tuple[str, ...]) -> int:
@@ -71,13 +74,11 @@ class Epilogue:
                                      f"{tuple(self.residual.shape)} {self.residual.dtype} on {self.residual.device}")
 
     def residual_as(self, out_channels_last: bool) -> torch.Tensor:
-        """The residual in the output's memory layout, as the kernel reads it at the output's offsets (a copy where it
-        is not: inside the call, so inside any timing of it); a dummy pointer without `add`."""
-        if self.residual is None:
-            return self.vectors if self.vectors is not None else torch.empty(0)
+        """The residual (there is one) in the output's memory layout, as the kernel reads it at the output's offsets (a
+        copy where it is not: inside the call, so inside any timing of it)."""
         fmt = torch.channels_last if out_channels_last else torch.contiguous_format
-        return self.residual if self.residual.is_contiguous(memory_format=fmt) else self.residual.contiguous(
-            memory_format=fmt)
+        r: torch.Tensor = self.residual  # type: ignore[assignment]
+        return r if r.is_contiguous(memory_format=fmt) else r.contiguous(memory_format=fmt)
 
 
 NO_EPILOGUE = Epilogue(())
@@ -121,18 +122,8 @@ def torch_chain(y: torch.Tensor, ep: Epilogue, dtype: Optional[torch.dtype] = No
             z = z + shift if op == "bias" else z * scale + shift
         elif op == "add":
             z = z + ep.residual.to(work)  # type: ignore[union-attr]
-        elif op == "relu":
-            z = F.relu(z)
-        elif op == "relu6":
-            z = F.relu6(z)
-        elif op == "silu":
-            z = F.silu(z)
-        elif op == "gelu":
-            z = F.gelu(z)
-        elif op == "hardswish":
-            z = F.hardswish(z)
-        elif op == "leaky_relu":
-            z = F.leaky_relu(z, LEAKY_RELU_SLOPE)
+        else:
+            z = TORCH_ACTIVATIONS[op](z)
         y = z.to(dtype)
     return y
 

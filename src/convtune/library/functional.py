@@ -36,23 +36,23 @@ _calls: dict[tuple[Any, ...], Any] = {}
 
 def decision(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, stride: Any, padding: Any, dilation: Any,
              precision: str, training: bool = False, layout: Optional[str] = None,
-             compiled: bool = False) -> dispatch.Decision:
+             compiled: bool = False, epilogue: tuple[str, ...] = ()) -> dispatch.Decision:
     """What the library runs for this call and why (library/dispatch.py decides: overlay, pin, family pin verified
     here, tuned on first use, torch). `training`: the call records gradients (records_gradients): it runs a kernel
     only under a "+train" pin. `layout`: the call's (call_layout, read off x and weight if None). `compiled`: the
-    call is traced by torch.compile (a "+compiled" pin decides it)."""
+    call is traced by torch.compile (a "+compiled" pin decides it). `epilogue`: what the call fuses after it."""
     gpu = device_key(x)
     return _decide(tuple(x.shape), tuple(weight.shape), has_bias, stride, padding, dilation, precision, training,
-                   layout or call_layout(x, weight), gpu, x.device, compiled, dtype_name(x))
+                   layout or call_layout(x, weight), gpu, x.device, compiled, dtype_name(x), epilogue)
 
 
 def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: Any, padding: Any,
             dilation: Any, precision: str, training: bool, layout: str, gpu: str, device: torch.device,
-            compiled: bool, dtype: str = "float32") -> dispatch.Decision:
+            compiled: bool, dtype: str = "float32", epilogue: tuple[str, ...] = ()) -> dispatch.Decision:
     st, pd, dl = (tuple(_pair(v)) for v in (stride, padding, dilation))
-    n, c, h, w = x_shape
-    c_out, _, kh, kw = w_shape
-    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, dtype=dtype, layout=layout)
+    (n, c, h, w), (c_out, _, kh, kw) = x_shape, w_shape
+    p = ConvProblem("", n, c, h, w, c_out, kh, kw, st, pd, dl, 1, has_bias, dtype=dtype, layout=layout,
+                    epilogue=epilogue)
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     d = dispatch.decide(p, gpu, capability, precision, training, device, compiled=compiled)
     log.debug("convtune.conv2d %s/%s%s: %s from %s", p.key(), precision,

@@ -21,9 +21,9 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import get_variant
 from convtune.kernels.conv_args import dtype_name
 from convtune.kernels.epilogue import Epilogue
-from convtune.library import dispatch
-from convtune.library.call_key import call_layout, device_key, output_format
-from convtune.problem import ConvProblem, for_dtype
+from convtune.library import dispatch, functional
+from convtune.library.call_key import output_format
+from convtune.problem import for_dtype
 
 RELU = Epilogue(("relu",))
 MARK = "_convtune_relu_applied"  # set on a fused call's output: the ReLU after it has been applied
@@ -43,19 +43,10 @@ class FusedReLU(torch.nn.ReLU):
         return torch.nn.ReLU.forward(self, x)  # named, not super(): no guard on a __class__ cell (nn.Conv2d)
 
 
-def problem(conv: Any, x: torch.Tensor, weight: torch.Tensor) -> ConvProblem:
-    """The fused problem of `conv`'s call on `x` with the folded `weight` (and a bias): the epilogue `relu`."""
-    n, c, h, w = x.shape
-    k, _, kh, kw = weight.shape
-    return ConvProblem("", n, c, h, w, k, kh, kw, tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation), 1,
-                       True, dtype=dtype_name(x), layout=call_layout(x, weight), epilogue=("relu",))
-
-
 def decision(conv: Any, x: torch.Tensor, weight: torch.Tensor, precision: str) -> dispatch.Decision:
-    """What the pins run for the fused call (library/dispatch.py)."""
-    p = problem(conv, x, weight)
-    capability = torch.cuda.get_device_capability(x.device) if x.is_cuda else None
-    return dispatch.decide(p, device_key(x), capability, for_dtype(precision, p.dtype), False, x.device)
+    """What the pins run for `conv`'s folded call on `x` (the folded `weight`, a bias) with the epilogue `relu`."""
+    return functional.decision(x, weight, True, conv.stride, conv.padding, conv.dilation,
+                               for_dtype(precision, dtype_name(x)), epilogue=RELU.chain)
 
 
 def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, precision: str) -> Optional[torch.Tensor]:

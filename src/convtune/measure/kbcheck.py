@@ -17,6 +17,7 @@ import torch
 
 from convtune.measure import bench
 from convtune.kernels.conv_args import TORCH_DTYPES
+from convtune.kernels.epilogue import TORCH_ACTIVATIONS
 from convtune.kernels.export_format import level2_chain
 from convtune.measure.correctness import KB_ATOL, KB_HALF_TOLERANCE
 from convtune.problem import ConvProblem
@@ -71,13 +72,8 @@ class _Reference(torch.nn.Module):
             return self.conv1(x)
         x = self.conv(x)
         for op in self.chain:
-            x = x + self.bias if op == "bias" else LEVEL2_OPS[op](x)
+            x = x + self.bias if op == "bias" else TORCH_ACTIVATIONS[op](x)
         return x
-
-
-LEVEL2_OPS = {"relu": torch.relu, "relu6": torch.nn.functional.relu6, "silu": torch.nn.functional.silu,
-              "gelu": torch.nn.functional.gelu, "hardswish": torch.nn.functional.hardswish,
-              "leaky_relu": lambda x: torch.nn.functional.leaky_relu(x, 0.01)}
 
 
 def load_model_new(path: Path) -> type:
