@@ -124,3 +124,20 @@ def compose(*overrides):
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def own_pins(tmp_path, monkeypatch):
+    """An empty pins file of the test's own, read alone (no overlay, no tuning on first use), and the interpreter on:
+    the pins the test writes there decide."""
+    from convtune import pins
+    from convtune.library import dispatch
+    from convtune.pins import overlay
+
+    f = tmp_path / "pins.yaml"
+    pins.create_empty(f)
+    monkeypatch.setenv(pins.ENV_VAR, str(f))
+    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
+    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
+    return f

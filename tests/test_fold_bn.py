@@ -10,6 +10,7 @@ import torch
 
 import convtune
 from convtune.library import fold_bn
+from tests.conftest import own_pins
 from tests.tiny_models import BasicBlock, Bottleneck, tiny_resnet
 
 FOLDED = {"0": "1", "3.conv1": "3.bn1", "3.conv2": "3.bn2", "3.downsample.0": "3.downsample.1", "4.conv1": "4.bn1",
@@ -173,23 +174,6 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
     assert kept_guards - ref <= 2 and folded_guards - ref <= 6, counts[4]
 
 
-def _own_pins(tmp_path, monkeypatch):
-    """An empty pins file of the test's own, read alone (no overlay, no tuning on first use), and the interpreter on:
-    the pins the test writes there decide."""
-    from convtune import pins
-    from convtune.library import dispatch
-    from convtune.pins import overlay
-
-    f = tmp_path / "pins.yaml"
-    pins.create_empty(f)
-    monkeypatch.setenv(pins.ENV_VAR, str(f))
-    monkeypatch.setenv(overlay.ENV, str(tmp_path / "overlay"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
-    monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
-    return f
-
-
 @pytest.mark.parametrize("pinned_key_has_bias", [True, False])
 def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tmp_path, monkeypatch,
                                                                               pinned_key_has_bias):
@@ -201,7 +185,7 @@ def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tm
     from convtune.library import dispatch, functional
     from convtune.problem import ConvProblem
 
-    f = _own_pins(tmp_path, monkeypatch)
+    f = own_pins(tmp_path, monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)).eval()
     model[1].running_mean.uniform_(-0.5, 0.5)
@@ -236,7 +220,7 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
     from convtune.library import dispatch, fused
     from convtune.problem import ConvProblem
 
-    f = _own_pins(tmp_path, monkeypatch)
+    f = own_pins(tmp_path, monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
                                 torch.nn.ReLU()).eval()

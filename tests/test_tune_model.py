@@ -10,11 +10,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
 from tests import preloaded
-from tests.conftest import ROOT
+from tests.conftest import ROOT, own_pins
 
 KEYS = ["n1-c4-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32",
         "n1-c3-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32/tf32"]
@@ -183,6 +184,9 @@ def test_bad_settings_are_one_line_before_anything_runs(tmp_path):
                                      "tests.tiny_models:two_shapes is not a torchvision model"),
                                 (["input=[3,6,6]", "device=auto"], "device='auto' is not allowed: cuda, on a CUDA GPU"),
                 (["input=[3,6,6]", "compile=true", "train=true"], "compile=True is not allowed: false with train=true"),
+                (["input=[3,6,6]", "fold_bn=true", "train=true"], "fold_bn=True is not allowed: false with train=true "
+                 "or compile=true"),
+                (["input=[3,6,6]", "fold_bn=true", "compile=true"], "fold_bn=True is not allowed"),
                 (["input=[3,6,6]", "autocast=true", "dtype=float32"],
                  "dtype='float32' is not allowed: bfloat16 or float16 with autocast=true")):
             with pytest.raises(ConfigError, match=None) as e:
@@ -274,3 +278,54 @@ def test_a_torchvision_name_without_a_working_torchvision_is_one_line(tmp_path, 
     monkeypatch.setitem(sys.modules, "torchvision", None)  # not installed
     with pytest.raises(ConfigError, match=r"built for this torch \(not installed; README: Install\)$"):
         load_model("resnet50")
+
+
+@pytest.mark.parametrize("pinned", ["fused", "folded"])
+def test_fold_bn_times_the_fused_and_folded_calls_the_converted_model_makes_against_torchs_model(
+        tmp_path, monkeypatch, pinned):
+    """fold_bn=true: the shapes are the calls of the model converted with fold_bn_layers (the first layer's fused
+    conv+bn+relu problem, the second's folded convolution), and the end-to-end step times torch's own model (its batch
+    norms and ReLU torch's) against the converted model with and without each layer's kernel: a layer that folds runs
+    torch's convolution by hold_torch, its batch norm still folded. Every step's output is torch's model's, whichever
+    way it ran (Triton's interpreter for the kernels). A fused layer whose fused problem runs torch but whose folded
+    convolution is pinned to a kernel is timed under the folded problem's key. The pin a shape ends with is what its
+    row says."""
+    from omegaconf import OmegaConf
+
+    from convtune import pins
+    from convtune.config import TuneModelConfig
+    from convtune.kernels import Meta
+    from convtune.library import dispatch
+    from convtune.tune.model import distinct_shapes
+    from convtune.tune.end_to_end import end_to_end
+    from tests.tiny_models import conv_bn_relu
+
+    f = own_pins(tmp_path, monkeypatch)
+    model = conv_bn_relu().eval()
+    ref = conv_bn_relu().eval()
+    x = torch.rand(1, 3, 6, 6)
+    shapes = distinct_shapes(model, x, None, fold_bn=True)
+    keys = {s.problem.key(): s.layers for s in shapes}
+    fused_key = "n1-c3-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32-then-relu"
+    assert keys == {fused_key: ["0"], "n1-c4-h6-w6-k4-r3x3-s1x1-p1x1-d1x1-g1-bias-nchw-float32": ["3"]}
+    timed = fused_key if pinned == "fused" else fused_key[: -len("-then-relu")]
+    pins.write_pin(f, "interpreter", "implicit_gemm", pins.pin_key(timed, "tf32"),
+                   pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2)), {"rule": "test"})
+    dispatch.forget()
+    outputs = []
+    model.register_forward_hook(lambda m, args, out: outputs.append(out.detach().clone()))
+    cfg = OmegaConf.merge(OmegaConf.structured(TuneModelConfig), {"model": "tiny", "fold_bn": True, "turns": 2,
+                                                                  "warmup": 0})
+    try:
+        table, _, dropped = end_to_end(model, x, cfg, shapes, "tf32", "interpreter", f)
+    finally:
+        dispatch.forget()
+    assert f"| without {timed} |" in table and table.count("| without ") == 1, table
+    with torch.no_grad():
+        want = ref(x)
+    assert len(outputs) >= 3 * 2 + 1  # convert's example forward, then torch, converted and without, 2 turns each
+    for got in outputs:
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)  # tf32: the kernel rounds to TF32
+    row = next(line for line in table.splitlines() if line.startswith(f"| without {timed} |"))
+    held = pins.pinned_value(pins.load(f), "interpreter", pins.pin_key(timed, "tf32"))
+    assert (held == pins.TORCH) == ("torch pinned" in row) == (dropped == [pins.pin_key(timed, "tf32")]), row

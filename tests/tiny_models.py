@@ -93,3 +93,15 @@ def tiny_resnet() -> torch.nn.Module:
             bn.bias.data.uniform_(-0.2, 0.2)
             assert n > 0
     return m
+
+
+def conv_bn_relu() -> torch.nn.Module:
+    """Two convolutions, each before a batch norm with non-trivial statistics; a ReLU after the first batch norm
+    alone: with fold_bn, one fused call (conv, bn, relu) and one folded call."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                            torch.nn.Conv2d(4, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4))
+    for bn in (m[1], m[4]):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    return m

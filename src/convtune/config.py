@@ -175,6 +175,7 @@ class TuneModelConfig:
     compile: bool = False  # decide the calls inside torch.compile, from compiled eval forwards ("+compiled" pins)
     autocast: bool = False  # run the float32 model under torch.autocast (in `dtype`, bfloat16 by default), as users do
     dtype: Optional[Dtype] = None  # the model's (or autocast's) dtype; null = float32, or bfloat16 with autocast
+    fold_bn: bool = False  # eval: fold each batch norm into its convolution, its ReLU into the kernel (convert's)
     precision: Precision = Precision.tf32  # float32's math mode
     device: DeviceChoice = DeviceChoice.auto  # auto: the GPU (needed: pins are per GPU); interpreter: a CPU dry run
     shapes: Optional[int] = None  # tune only the N shapes with the most FLOPs per model call; null = all

@@ -100,6 +100,7 @@ class Param:
     COMPILE = "compile"
     DTYPE = "dtype"  # the dtype its convolutions compute in
     AUTOCAST = "autocast"
+    FOLD_BN = "fold_bn"  # its batch norms folded, and the ReLUs after them fused (convert's fold_bn_layers)
     SHAPES = "shapes"
     TURNS = "turns"
     PINS_FILE = "pins_file"

@@ -52,6 +52,8 @@ class Conv2d(torch.nn.Conv2d):
     # Set by convert with _bn where a torch.nn.ReLU takes the batch norm's output alone: its calls that fold run the
     # ReLU in the kernel where the pins say a kernel wins the fused problem (library/fused.py)
     _fuses_relu: bool = False
+    # Set by hold_torch: every call runs torch's convolution (with the folded weight and bias where the layer folds)
+    _held: bool = False
 
     _MEMOS = ("_bound", "_torch_for", "_kernel_for", "_cast")
 
@@ -65,6 +67,12 @@ class Conv2d(torch.nn.Conv2d):
         for torch.compile has no use for it); its next call decides again."""
         for memo in self._MEMOS:
             self.__dict__.pop(memo, None)
+
+    def hold_torch(self, held: bool) -> None:
+        """Run torch's convolution for every call while `held`, whatever the pins say, keeping what the layer
+        remembers of its calls and the batch norm it folds: tune_model.py times the model without a layer's kernel so,
+        where handing the layer back to torch.nn.Conv2d would leave its folded batch norm unapplied."""
+        self.__dict__["_held"] = bool(held)  # not through __setattr__, which drops the remembered calls
 
     def why_torch(self, x: Optional[torch.Tensor] = None) -> Optional[str]:
         """Why this layer runs torch's convolution (for the input `x`, if given); None when it may run ours
@@ -101,6 +109,8 @@ class Conv2d(torch.nn.Conv2d):
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
         if torch.is_autocast_enabled(x.device.type):  # what torch's convolution computes with there
             x, weight, bias = self._autocast(x, weight, bias, training)
+        if self._held:
+            return self._conv_forward(x, weight, bias)
         if folds and self._fuses_relu and self.why_torch(x) is None:
             out = fused.conv2d(self, x, weight, bias, call_key.precision_for(tf32))  # type: ignore[arg-type]
             if out is not None:  # the ReLU ran in the kernel
@@ -174,7 +184,7 @@ class Swap:
     layer: str
     runs: str
     left: bool = False
-    decided: dict[str, Any] = field(default_factory=dict)
+    decided: dict[str, Any] = field(default_factory=dict)  # and "fused": the eager calls' fused problem, if any
     pattern: str = "conv"  # what the layer became: "conv", or "conv+bn" with the batch norm it folds (its name)
 
 
@@ -268,16 +278,28 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
         pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
         if name in relus:
             pattern = f"conv+bn+relu ({folding[name]}, {relus[name]})"
-            runs += _fused_runs(m, seen.get(name))
+            said, fused_value = _fused_runs(m, seen.get(name))
+            runs += said
+            if fused_value is not None:
+                decided["fused"] = fused_value
         report.append(Swap(name, repr(m), runs, left, decided, pattern))
     return report
 
 
-def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[ConvProblem, list[str]]]:
+def problems(model: torch.nn.Module, example_input: Any, *,
+             fold_bn_layers: bool = False) -> dict[str, tuple[ConvProblem, list[str]]]:
     """The distinct convolutions `model` runs on `example_input` that convtune's kernel can take, by problem
-    key (its layout the call's: a channels_last model's are channels_last), each with the layers that run it: what to promote (`python promote.py problem.batch=...`) so that the
-    pins cover the model. Any device: nothing but the model's own forward runs (in eval mode, restored after)."""
+    key (its layout the call's: a channels_last model's are channels_last), each with the layers that run it: what to
+    promote (`python promote.py problem.batch=...`) so that the pins cover the model. Any device: nothing but the
+    model's own forward runs (in eval mode, restored after).
+
+    `fold_bn_layers`: the calls `convert(model, ..., fold_bn_layers=True)` makes in eval without gradients (the model
+    itself is left as it is): a layer that folds a batch norm computes with a bias, and one whose ReLU it fuses asks
+    for the fused problem first (epilogue `relu`: library/fused.py), which is the one listed for it. A model converted
+    so is read the same way without the flag."""
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    chains = fold_bn.conv_bn_chains(model)[0] if fold_bn_layers else []
+    folds = {conv: relu is not None for conv, _, relu in chains}
     seen = _inputs_seen(model, example_input, layers)
     found: dict[str, tuple[ConvProblem, list[str]]] = {}
     for name, m in layers:
@@ -286,8 +308,10 @@ def problems(model: torch.nn.Module, example_input: Any) -> dict[str, tuple[Conv
             continue
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
+        fuses = folds.get(name, False) or (getattr(m, "_bn", None) is not None and getattr(m, "_fuses_relu", False))
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        _has_bias(m), dtype=dtype_name(x), init="randn", layout=call_key.call_layout(x, m.weight))
+                        _has_bias(m) or name in folds, dtype=dtype_name(x), init="randn",
+                        layout=call_key.call_layout(x, m.weight), epilogue=fused.RELU.chain if fuses else ())
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 
@@ -351,16 +375,16 @@ def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, d
     return runs, all(v == TORCH for v in decided.values()), decided
 
 
-def _fused_runs(m: Conv2d, x: Optional[torch.Tensor]) -> str:
+def _fused_runs(m: Conv2d, x: Optional[torch.Tensor]) -> tuple[str, Any]:
     """What the report says of a layer's fused ReLU for the input it got: the kernel the pins run for the fused problem
-    (library/fused.py), or torch's ReLU after the convolution."""
+    (library/fused.py), or torch's ReLU after the convolution; and what runs for that problem (None: nothing decided)."""
     if x is None or m.why_torch(x) is not None:
-        return ""
+        return "", None
     try:
         d = fused.decision(m, x, m.weight, default_precision())
     except UnsupportedProblem as e:
-        return f"; its ReLU runs as torch's ({e})"
-    return f"; with its ReLU: {'torch' if d.value == TORCH else 'convtune ' + d.value.short()} ({d.source})"
+        return f"; its ReLU runs as torch's ({e})", TORCH
+    return f"; with its ReLU: {'torch' if d.value == TORCH else 'convtune ' + d.value.short()} ({d.source})", d.value
 
 
 def _has_bias(m: torch.nn.Module) -> bool:

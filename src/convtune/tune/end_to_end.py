@@ -1,7 +1,8 @@
 """tune_model.py's step 4: the model end to end, torch against the converted model and the converted model without
 each shape that runs a kernel, in interleaved turns (measure/ab.py); a shape keeps its kernel pin only where the model
 is faster with it. In the context the pins are for: eager forwards, train steps (train=true) or, with compile=true,
-forwards of the model compiled by torch.compile against the compiled torch model.
+forwards of the model compiled by torch.compile against the compiled torch model. With fold_bn=true the converted
+model folds its batch norms and fuses the ReLUs after them (convert's fold_bn_layers), against torch's model as it is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
@@ -75,13 +76,13 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     switch = dispatch.forward_pins_in_training if cfg.train else dispatch.eager_pins_in_compile
     with switch() if trial else contextlib.nullcontext():
         with autocasting(cfg, x):  # autocast=true: the calls convert decides are the autocast dtype's
-            report = convert(model, example_input=x, leave_torch_layers=False)  # every layer ours: classes take turns
-        on_kernel = {sw.name for sw in report if sw.decided.get(context, pins.TORCH) != pins.TORCH}
-        ran = {sw.name: sw.decided[context] for sw in report if sw.name in on_kernel}
+            # every layer ours: classes (or, for a layer that folds, hold_torch) take turns
+            report = convert(model, example_input=x, leave_torch_layers=False, fold_bn_layers=cfg.fold_bn)
+        kernel_shapes, ran = _on_kernel(report, shapes, context)
+        on_kernel = set(ran)
         convs = [(name, m) for name, m in model.named_modules() if isinstance(m, Ours)]
-        kernel_shapes = [s for s in shapes if set(s.layers) & on_kernel]
         steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs, lambda: autocasting(cfg, x))
-        configs = {"torch": steps(set()), "converted": steps(on_kernel)}
+        configs = {"torch": steps(None), "converted": steps(on_kernel)}
         for s in kernel_shapes:
             configs[f"without {s.problem.key()}"] = steps(on_kernel - set(s.layers))
         times = ab.take_turns(configs, cfg.turns, cfg.warmup)
@@ -114,9 +115,8 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
             kept -= set(s.layers)
     final = "converted"
     if dropped or (trial and kernel_shapes):  # the library as it now runs: its context's pins, outside the trial
-        dispatch.forget()
-        steps = (_compiled_steps if cfg.compile else _steps)(model, x, cfg.train, convs, lambda: autocasting(cfg, x))
-        times = ab.take_turns({"torch": steps(set()), "final": steps(kept)}, cfg.turns, cfg.warmup)
+        dispatch.forget()  # the maker's steps decide again; it knows each module's classes from before the turns
+        times = ab.take_turns({"torch": steps(None), "final": steps(kept)}, cfg.turns, cfg.warmup)
         rows.append(_row("final", times, "torch", len(convs), len(kept),
                          f"{len(dropped)} shape(s) handed to torch" if dropped else "as the library now runs it"))
         final = "final"
@@ -134,6 +134,33 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
     return table, numbers, dropped
 
 
+def _on_kernel(report: Any, shapes: list[Shape], context: str) -> tuple[list[Shape], dict[str, Any]]:
+    """The shapes whose layers run a kernel in `context`, as the layers call them, and each such layer's kernel pin.
+    A layer that fuses its ReLU (library/fused.py) is listed under its fused problem where a kernel wins that, else
+    under the plain folded convolution, which its calls then ask for (a shape of its own here, though `shapes` names
+    the fused one)."""
+    import dataclasses
+
+    from convtune import pins
+
+    swaps = {sw.name: sw for sw in report}
+    grouped: dict[str, Shape] = {}
+    ran: dict[str, Any] = {}
+    for s in shapes:
+        for name in s.layers:
+            decided = swaps[name].decided if name in swaps else {}
+            p = s.problem
+            value = decided.get("fused", pins.TORCH) if p.epilogue and context == "eager" else pins.TORCH
+            if value == pins.TORCH:
+                p, value = dataclasses.replace(p, epilogue=()), decided.get(context, pins.TORCH)
+            if value == pins.TORCH:
+                continue
+            grouped.setdefault(p.key(), Shape(p, []))
+            grouped[p.key()].layers.append(name)
+            ran[name] = value
+    return list(grouped.values()), ran
+
+
 def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, ours: int, note: str = "") -> str:
     from convtune.measure import ab
 
@@ -145,26 +172,37 @@ def _row(name: str, times: dict[str, list[float]], baseline: str, layers: int, o
 
 
 def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
-           autocast: Callable[[], Any]) -> Callable[[set[str]], Callable[[], float]]:
+           autocast: Callable[[], Any]) -> Callable[[Optional[set[str]]], Callable[[], float]]:
     """A maker of step functions: for a set of layer names on convtune's kernel, one model step (an eval forward,
     or an SGD step on the output's mean; its forward within `autocast()`) with those layers convtune.nn.Conv2d and the
-    rest torch.nn.Conv2d, timed on
-    the host up to a synchronize (what a loop waits for). One module and one optimizer for all: the same
-    parameters and tensors, so the layers' classes are the one difference."""
+    rest torch's convolution, timed on the host up to a synchronize (what a loop waits for); for None, the model as
+    torch runs it. One module and one optimizer for all: the same parameters and tensors, so the modules' classes are
+    the one difference. A layer that folds a batch norm (convert's fold_bn_layers) runs torch's convolution by
+    hold_torch, so that its batch norm stays folded; in the torch model its batch norm and ReLU are torch's again."""
     import torch
 
+    from convtune.library.fold_bn import FoldedBatchNorm2d
+    from convtune.library.fused import FusedReLU
     from convtune.library.nn import Conv2d as Ours
 
     opt = torch.optim.SGD(model.parameters(), lr=1e-6) if train else None
     model.train(train)
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    folding = {name for name, m in convs if m._bn is not None}
+    around = [(m, type(m)) for m in model.modules() if isinstance(m, (FoldedBatchNorm2d, FusedReLU))]
+    torch_class = {FoldedBatchNorm2d: torch.nn.BatchNorm2d, FusedReLU: torch.nn.ReLU}
 
-    def make(on_kernel: set[str]) -> Callable[[], float]:
-        classes = [(m, Ours if name in on_kernel else torch.nn.Conv2d) for name, m in convs]
+    def make(on_kernel: Optional[set[str]]) -> Callable[[], float]:
+        ours = set() if on_kernel is None else on_kernel | folding
+        classes = [(m, Ours if name in ours else torch.nn.Conv2d) for name, m in convs]
+        classes += [(m, torch_class[c] if on_kernel is None else c) for m, c in around]
+        held = [(m, name in folding and name not in (on_kernel or set())) for name, m in convs]
 
         def step() -> float:
             for m, c in classes:  # object.__setattr__: convtune's __setattr__ would drop the layer's cached decision
                 object.__setattr__(m, "__class__", c)
+            for m, h in held:
+                m.__dict__["_held"] = h  # Conv2d.hold_torch, also for a layer that is torch.nn.Conv2d this step
             t0 = time.perf_counter()
             if train:
                 opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
@@ -182,7 +220,7 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
 
 
 def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
-                    autocast: Callable[[], Any]) -> Callable[[set[str]], Callable[[], float]]:
+                    autocast: Callable[[], Any]) -> Callable[[Optional[set[str]]], Callable[[], float]]:
     """_steps for compile=true: for a set of layer names on convtune's kernel, an eval forward of a copy of the model
     with those layers convtune.nn.Conv2d, compiled by torch.compile (the default backend and mode; aot_eager under the
     interpreter, a dry run) and run once to compile it before it is timed. A copy a configuration: a compiled graph is
@@ -203,11 +241,11 @@ def _compiled_steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]
     for _, m in convs:  # what eager calls cached: not for the copies
         m.forget_calls()
 
-    def make(on_kernel: set[str]) -> Callable[[], float]:
+    def make(on_kernel: Optional[set[str]]) -> Callable[[], float]:
         twin = copy.deepcopy(model)
         for name, m in twin.named_modules():
             if name in names:
-                object.__setattr__(m, "__class__", Ours if name in on_kernel else torch.nn.Conv2d)
+                object.__setattr__(m, "__class__", Ours if name in (on_kernel or set()) else torch.nn.Conv2d)
         setattr(config, limit, getattr(config, limit) + 1)  # each copy one more graph of the same forward
         compiled = torch.compile(twin, backend=backend)
 

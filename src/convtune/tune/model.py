@@ -3,13 +3,15 @@
 1. The model: a torchvision.models name (`model=resnet50`), or `package.module:factory` (a class or function called
    with no arguments) with `input=[C,H,W]`; random weights, nothing is downloaded.
 2. Its distinct convolution calls at `batch` and `layout` (convtune.nn.problems), most FLOPs per model call first;
-   `shapes=N` tunes the first N.
+   `shapes=N` tunes the first N. With `fold_bn=true` (eager eval), the calls of the model converted with
+   fold_bn_layers: each convolution with the batch norm after it folded in, and with the ReLU after that where the
+   model lets the kernel apply it (a fused problem, `...-then-relu`).
 3. Each shape through the tracker: `run.py +experiment=candidates` sweeps the library's kernels that take it (their
    defaults and neighbours), then promote contests the runs against torch, which the library runs for a key with no
    pin, and writes the winner into `pins_file` (default: this GPU's per-user overlay, which the library reads before
    the packaged pins). Every sweep and decision nests under one MLflow run of the model. A rerun for the same model,
-   batch, layout, train flag and precision on the same GPU goes on in that run: shapes decided before are not tuned
-   again (resume=false tunes them again).
+   batch, layout, mode (train, compile, fold_bn) and precision on the same GPU goes on in that run: shapes decided
+   before are not tuned again (resume=false tunes them again).
 4. The model end to end: torch, the converted model, and the converted model without each shape that runs our
    kernel, in interleaved turns (eval forwards, or SGD train steps with train=true; measure/ab.py). A shape keeps its
    kernel pin only if the model is faster with it: the upper end of the 95 % bootstrap interval of the per-turn ratio
@@ -53,6 +55,8 @@ def validate(cfg: DictConfig) -> None:
                "null or one sample's shape [C, H, W]"),
               ("compile", not (cfg.compile and cfg.train), "false with train=true (compiled training calls run torch: "
                "no pin is measured there)"),
+              ("fold_bn", not (cfg.fold_bn and (cfg.train or cfg.compile)), "false with train=true or compile=true "
+               "(training and compiled calls fold nothing: convert's fold_bn_layers)"),
               ("dtype", not (cfg.autocast and enum_value(cfg.dtype) == "float32"), "bfloat16 or float16 with "
                "autocast=true (autocast computes convolutions in one of those), or null (bfloat16)"))
     for key, ok, allowed in checks:
@@ -101,16 +105,18 @@ def _said(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
 
 
-def distinct_shapes(model: Any, x: Any, autocast: Any = None) -> list[Shape]:
+def distinct_shapes(model: Any, x: Any, autocast: Any = None, fold_bn: bool = False) -> list[Shape]:
     """The model's distinct convolution calls on `x` (within `autocast`, a context) that convtune's kernels can take,
-    most FLOPs first. A model that cannot run `x` (an input= that does not fit it) is a ConfigError in one line."""
+    most FLOPs first; with `fold_bn`, the calls its convolutions make with their batch norms folded in, and the ReLU
+    after them fused where the model allows (convtune.nn.problems). A model that cannot run `x` (an input= that does
+    not fit it) is a ConfigError in one line."""
     import contextlib
 
     from convtune.library.nn import problems
 
     try:
         with autocast or contextlib.nullcontext():
-            found = [Shape(p, layers) for p, layers in problems(model, x).values()]
+            found = [Shape(p, layers) for p, layers in problems(model, x, fold_bn_layers=fold_bn).values()]
     except Exception as e:  # noqa: BLE001 - the user's model on the user's input shape
         raise ConfigError("input", list(x.shape[1:]), f"one sample's shape [C, H, W] that the model takes; a batch "
                                                       f"of {list(x.shape)} raised {_said(e)}") from None
@@ -126,7 +132,7 @@ def shape_overrides(p: ConvProblem, name: str) -> list[str]:
             f"problem.kernel_w={p.kernel_w}",
             f"problem.stride={pair(p.stride)}", f"problem.padding={pair(p.padding)}",
             f"problem.dilation={pair(p.dilation)}", f"problem.bias={str(p.bias).lower()}", f"problem.init={p.init}",
-            f"problem.layout={p.layout}", f"problem.dtype={p.dtype}"]
+            f"problem.layout={p.layout}", f"problem.dtype={p.dtype}", f"problem.epilogue=[{','.join(p.epilogue)}]"]
 
 
 def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
@@ -170,7 +176,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
         model, x = model.to(TORCH_DTYPES[dtype]), x.to(TORCH_DTYPES[dtype])
     if layout == "channels_last":
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    shapes = distinct_shapes(model, x, autocasting(cfg, x))
+    shapes = distinct_shapes(model, x, autocasting(cfg, x), cfg.fold_bn)
     chosen = [] if cfg.measure_only else shapes[: cfg.shapes] if cfg.shapes else shapes
     if target != overlay.path_for(gpu):  # the library in this process reads what promote writes
         pins.create_empty(target)  # the library refuses a CONVTUNE_PINS that names no file
@@ -180,7 +186,7 @@ def run_tune_model(cfg: DictConfig, root: Path, out_dir: Path) -> int:
     tracker = Tracker(uri)
     say_reaped(tracker.reap_orphans())
     experiment = cfg.tracking.experiment or f"{KIND} {cfg.model}"
-    mode = "train" if cfg.train else "eval compiled" if cfg.compile else "eval"
+    mode = "train" if cfg.train else "eval compiled" if cfg.compile else "eval bn-folded" if cfg.fold_bn else "eval"
     numbers = precision if dtype == "float32" else f"{dtype}{' autocast' if cfg.autocast else ''}"
     identity = f"{cfg.model} b{cfg.batch} {layout} {mode} {numbers} · {gpu}" + (" · measured" if cfg.measure_only
                                                                                 else "")
@@ -300,6 +306,7 @@ def _model_run(tracker: Any, experiment: str, identity: str, cfg: DictConfig, ta
     tracker.log(run_id, params={Param.MODEL: cfg.model, Param.BATCH: cfg.batch, Param.LAYOUT: enum_value(cfg.layout),
                                 Param.TRAIN: cfg.train, Param.COMPILE: cfg.compile, Param.PRECISION: enum_value(cfg.precision),
                                 Param.DTYPE: model_dtype(cfg), Param.AUTOCAST: cfg.autocast,
+                                Param.FOLD_BN: cfg.fold_bn,
                                 Param.SHAPES: cfg.shapes, Param.TURNS: cfg.turns, Param.PINS_FILE: str(target)})
     return run_id, done if not cfg.measure_only else {}
 
