@@ -36,8 +36,10 @@ def passes(model):
 def test_the_pairs_are_found_by_tracing_and_the_report_names_them():
     model, _, report = converted()
     relus = {"0": "2", "3.conv1": "3.relu", "4.conv1": "4.relu", "4.conv2": "4.relu"}  # a ReLU takes the bn's output
+    adds = {"3.conv2", "4.conv3"}  # the block's residual is added to the bn's output, then its ReLU
     assert {s.name: s.pattern for s in report} == {
-        **{c: f"conv+bn+relu ({b}, {relus[c]})" if c in relus else f"conv+bn ({b})" for c, b in FOLDED.items()},
+        **{c: f"conv+bn+relu ({b}, {relus[c]})" if c in relus else f"conv+bn+add+relu ({b})" if c in adds else
+           f"conv+bn ({b})" for c, b in FOLDED.items()},
         "5.conv": "conv"}
     assert "7 fold a batch norm" in str(report) and "[conv+bn+relu (3.bn1, 3.relu): Conv2d(8, 16" in str(report)
     assert isinstance(dict(model.named_modules())["3.bn1"], fold_bn.FoldedBatchNorm2d)
@@ -208,6 +210,36 @@ def test_a_folded_layer_is_decided_as_the_convolution_with_a_bias_it_computes(tm
         dispatch.forget()
 
 
+def _pin_and_count_relus(f, key, monkeypatch):
+    """Pin `key` (unless None) to implicit_gemm in the pins file `f` and count the calls of torch's ReLU (FusedReLU runs
+    it by name): the list it returns grows by one a call."""
+    from convtune import pins
+    from convtune.kernels import Meta
+    from convtune.library import dispatch
+
+    if key is not None:
+        pins.write_pin(f, "interpreter", "implicit_gemm", pins.pin_key(key, "tf32"),
+                       pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2)), {"rule": "test"})
+    dispatch.forget()
+    ran = []
+    monkeypatch.setattr(torch.nn.ReLU, "forward", lambda self, x, f=torch.nn.ReLU.forward: ran.append(1) or f(self, x))
+    return ran
+
+
+def _matches_torch(model, ref, x, ran):
+    """The converted `model`'s output on `x` without gradients, decided afresh, against the unconverted `ref`'s (TF32:
+    the kernel rounds its operands); `ran` counts the ReLU calls of the converted model's call alone. Returns ref's."""
+    from convtune.library import dispatch
+
+    dispatch.forget()
+    with torch.no_grad():
+        want = ref(x)
+        ran.clear()
+        got = model(x)
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    return want
+
+
 @pytest.mark.parametrize("fused_pin", [True, False])
 def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_the_fused_problem_says_so(
         tmp_path, monkeypatch, fused_pin):
@@ -216,7 +248,6 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
     module hands its output on; without such a pin the layer runs the folded convolution alone and the ReLU runs. Either
     way the output is the unconverted model's; a call that records gradients fuses and folds nothing."""
     from convtune import pins
-    from convtune.kernels import Meta
     from convtune.library import dispatch, fused
     from convtune.problem import ConvProblem
 
@@ -229,12 +260,7 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
     ref = copy.deepcopy(model)
     key = ConvProblem("", 1, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, epilogue=("relu",)).key()
     assert key.endswith("-bias-nchw-float32-then-relu")
-    if fused_pin:
-        pins.write_pin(f, "interpreter", "implicit_gemm", pins.pin_key(key, "tf32"),
-                       pins.KernelPin("implicit_gemm", Meta(16, 16, 16, 4, 2)), {"rule": "test"})
-    dispatch.forget()
-    ran = []
-    monkeypatch.setattr(torch.nn.ReLU, "forward", lambda self, x, f=torch.nn.ReLU.forward: ran.append(1) or f(self, x))
+    ran = _pin_and_count_relus(f, key if fused_pin else None, monkeypatch)
     try:
         x = torch.rand(1, 3, 8, 8)
         report = convtune.nn.convert(model, x, fold_bn_layers=True)
@@ -243,18 +269,65 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
             f"; with its ReLU: convtune implicit_gemm M16-N16-K16-w4-s2 (pin interpreter / implicit_gemm / {key}/tf32)"
             if fused_pin else f"; with its ReLU: torch (no pin for {key}/tf32 on interpreter: the library runs a kernel "
                               "only where a measurement on this GPU (or its family) pinned it)"), report[0].runs
-        dispatch.forget()
-        ran.clear()
-        with torch.no_grad():
-            want = ref(x)
-            ran.clear()
-            got = model(x)
-        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)  # tf32: the kernel rounds to TF32
+        _matches_torch(model, ref, x, ran)
         assert (ran == []) is fused_pin  # torch's ReLU did not run where the kernel applied it
         assert [v is pins.TORCH for v in fused._plans.values()] == [not fused_pin]
         ran.clear()
         x.requires_grad_(True)
         torch.testing.assert_close(model(x), ref(x), rtol=2e-3, atol=2e-3)  # training: torch's bn and ReLU
         assert len(ran) == 2
+    finally:
+        dispatch.forget()
+
+
+@pytest.mark.parametrize("fused_pin", [True, False])
+def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_where_a_pin_says_so(
+        tmp_path, monkeypatch, fused_pin):
+    """A BasicBlock with a downsample (which it computes after conv2): where the pins name a kernel for conv2's fused
+    problem (the convolution with the folded bias, then `add,relu`), the block's eval forward computes the downsample
+    first and the kernel adds it and applies the ReLU (Triton's interpreter here): torch's ReLU runs once (after bn1,
+    unfused), not twice. Without the pin the block calls its modules. Either way the output is the unconverted block's;
+    training runs the block's own forward, bit for bit; a deep copy runs its own modules."""
+    from convtune import pins
+    from convtune.library import dispatch, fused
+    from convtune.problem import ConvProblem
+
+    f = own_pins(tmp_path, monkeypatch)
+    torch.manual_seed(0)
+    model = BasicBlock(4, 8, stride=2).eval()
+    for bn in (model.bn1, model.bn2, model.downsample[1]):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    ref = copy.deepcopy(model)
+    key = ConvProblem("", 1, 8, 4, 4, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, epilogue=("add", "relu")).key()
+    assert key.endswith("-bias-nchw-float32-then-add.relu")
+    ran = _pin_and_count_relus(f, key if fused_pin else None, monkeypatch)
+    try:
+        x = torch.rand(1, 4, 8, 8)
+        report = convtune.nn.convert(model, x, fold_bn_layers=True)
+        (conv2,) = [s for s in report if s.name == "conv2"]
+        assert conv2.pattern == "conv+bn+add+relu (bn2)" and isinstance(model, BasicBlock)
+        assert f": {int(fused_pin)} run convtune's kernel, {3 - int(fused_pin)} torch's" in str(report)
+        assert conv2.runs.endswith(
+            f"; with its residual add and ReLU: convtune implicit_gemm M16-N16-K16-w4-s2 (pin interpreter / "
+            f"implicit_gemm / {key}/tf32)" if fused_pin else f"; with its residual add and ReLU: torch (no pin for "
+            f"{key}/tf32 on interpreter: the library runs a kernel only where a measurement on this GPU (or its family) "
+            "pinned it)"), conv2.runs
+        assert list(model.state_dict()) == list(ref.state_dict()) and \
+            [n for n, _ in model.named_modules()] == [n for n, _ in ref.named_modules()]
+        want = _matches_torch(model, ref, x, ran)
+        assert len(ran) == (1 if fused_pin else 2)
+        # conv1's fused ReLU has no pin (torch); conv2's residual chain runs the kernel where pinned
+        assert {sig[-1]: v is pins.TORCH for sig, v in fused._plans.items()} == {("relu",): True,
+                                                                                ("add", "relu"): not fused_pin}
+        assert key in convtune.nn.problems(ref, x, fold_bn_layers=True)  # what tune_model.py fold_bn=true tunes
+        twin = copy.deepcopy(model)
+        with torch.no_grad():
+            twin.conv2.weight.mul_(2)  # the copy's own modules: the original's output stays
+            torch.testing.assert_close(model(x), want, rtol=2e-3, atol=2e-3)
+            assert not torch.allclose(twin(x), want, rtol=2e-3, atol=2e-3)
+        model.train(), ref.train()
+        ran.clear()
+        assert torch.equal(model(x), ref(x)) and len(ran) == 4  # the block's own forward, twice its ReLU, in each
     finally:
         dispatch.forget()

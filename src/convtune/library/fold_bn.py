@@ -11,7 +11,9 @@ here:
 - the batch norm becomes a FoldedBatchNorm2d (a subclass with no state of its own: state_dict, hooks and train()/eval()
   are BatchNorm2d's) whose calls that fold pass their input through;
 - a torch.nn.ReLU module that takes the batch norm's output alone becomes a FusedReLU, and the convolution fuses it
-  where the pins say a kernel wins the fused problem (library/fused.py).
+  where the pins say a kernel wins the fused problem (library/fused.py);
+- a batch norm whose output gets a residual added before a ReLU module has them fused by the module that adds it
+  (library/residual.py).
 
 A call folds when the batch norm is in eval mode, no gradient is recorded (grad mode off, or none of the input, the
 convolution's and the batch norm's parameters requiring one) and it is not traced by torch.compile. Both modules decide
@@ -123,6 +125,24 @@ def _only_user(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     return users[0]
 
 
+def folding_links(graph: torch.fx.Graph, modules: dict[str, torch.nn.Module]) -> list[tuple[torch.fx.Node,
+                                                                                           torch.fx.Node]]:
+    """The (convolution, batch norm) call nodes of `graph` where the batch norm's only input is the convolution's
+    output, that output goes nowhere else, each of the two is called once and the batch norm can be folded; `modules`
+    names the modules as the graph's call targets do."""
+    calls = Counter(node.target for node in graph.nodes if node.op == "call_module")
+    links = []
+    for node in graph.nodes:
+        if node.op != "call_module" or not isinstance(modules.get(node.target), torch.nn.Conv2d):
+            continue
+        bn = _only_user(node)
+        if bn is None or bn.target not in modules or calls[node.target] != 1 or calls[bn.target] != 1 or \
+                foldable(modules[node.target], modules[bn.target]) is not None:
+            continue
+        links.append((node, bn))
+    return links
+
+
 def conv_bn_chains(model: torch.nn.Module) -> tuple[list[tuple[str, str, Optional[str]]], Optional[str]]:
     """The (convolution, batch norm, ReLU or None) module names where the batch norm's only input is the
     convolution's output, the convolution's output goes nowhere else, and each of the two is called once; the ReLU
@@ -133,15 +153,8 @@ def conv_bn_chains(model: torch.nn.Module) -> tuple[list[tuple[str, str, Optiona
     except Exception as e:  # fx raises what the model's Python does: control flow on values, unsupported calls
         return [], f"not traced by torch.fx ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     modules = dict(model.named_modules())
-    calls = Counter(node.target for node in graph.nodes if node.op == "call_module")
     chains = []
-    for node in graph.nodes:
-        if node.op != "call_module" or not isinstance(modules.get(node.target), torch.nn.Conv2d):
-            continue
-        bn = _only_user(node)
-        if bn is None or calls[node.target] != 1 or calls[bn.target] != 1 or \
-                foldable(modules[node.target], modules[bn.target]) is not None:
-            continue
+    for node, bn in folding_links(graph, modules):
         relu = _only_user(bn)
         relu_name = relu.target if relu is not None and type(modules.get(relu.target)) in (torch.nn.ReLU, FusedReLU) \
             else None

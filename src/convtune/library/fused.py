@@ -43,40 +43,52 @@ class FusedReLU(torch.nn.ReLU):
         return torch.nn.ReLU.forward(self, x)  # named, not super(): no guard on a __class__ cell (nn.Conv2d)
 
 
-def decision(conv: Any, x: torch.Tensor, weight: torch.Tensor, precision: str) -> dispatch.Decision:
-    """What the pins run for `conv`'s folded call on `x` (the folded `weight`, a bias) with the epilogue `relu`."""
+def decision(conv: Any, x: torch.Tensor, weight: torch.Tensor, precision: str,
+             chain: tuple[str, ...] = RELU.chain) -> dispatch.Decision:
+    """What the pins run for `conv`'s folded call on `x` (the folded `weight`, a bias) with the epilogue `chain`
+    (`relu`, or `add,relu` after a residual: library/residual.py)."""
     return functional.decision(x, weight, True, conv.stride, conv.padding, conv.dilation,
-                               for_dtype(precision, dtype_name(x)), epilogue=RELU.chain)
+                               for_dtype(precision, dtype_name(x)), epilogue=chain)
 
 
-def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, precision: str) -> Optional[torch.Tensor]:
-    """The folded call of `conv` with its ReLU in the kernel, its output marked; None where the fused problem runs
-    torch (the caller then computes the convolution alone, and the ReLU module runs)."""
+def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, precision: str,
+           epilogue: Epilogue = RELU) -> Optional[torch.Tensor]:
+    """The folded call of `conv` with `epilogue` in the kernel; None where the fused problem runs torch (the caller then
+    computes the convolution alone, and the ops after it run as torch's). An output of the ReLU alone is marked, for the
+    ReLU module after it (FusedReLU)."""
     sig = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.dtype, conv.stride, conv.padding, conv.dilation,
-           precision, dispatch.generation)
+           precision, dispatch.generation, epilogue.chain)
     hit = _plans.get(sig)
     if hit is None:
-        hit = _plans[sig] = _plan(conv, x, weight, bias, precision)
+        hit = _plans[sig] = _plan(conv, x, weight, bias, precision, epilogue)
     if hit is pins.TORCH:
         return None
     host, plan, fmt, shape = hit
+    r = epilogue.residual
+    if r is not None and (r.shape != shape or r.dtype != x.dtype or r.device != x.device):  # a broadcast add: torch's
+        return None
     out = torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=fmt)
-    host.run(plan, host.kernel_input(x, plan), weight, bias, out, RELU)
-    out.__dict__[MARK] = True
+    host.run(plan, host.kernel_input(x, plan), weight, bias, out, epilogue)
+    if epilogue is RELU:
+        out.__dict__[MARK] = True
     return out
 
 
-def _plan(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, precision: str) -> Any:
-    value = decision(conv, x, weight, precision).value
+def _plan(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, precision: str,
+          epilogue: Epilogue) -> Any:
+    value = decision(conv, x, weight, precision, epilogue.chain).value
     if value == pins.TORCH:
         return pins.TORCH
     variant = get_variant(value.kernel)
-    if variant.library is None or not variant.fuses(RELU.chain):  # a hand-written pin: it cannot run the chain
-        raise UnsupportedProblem(f"{value.kernel} does not fuse relu; pin the fused call to another kernel or torch")
+    if variant.library is None or not variant.fuses(epilogue.chain):  # a hand-written pin: it cannot run the chain
+        raise UnsupportedProblem(f"{value.kernel} does not fuse {','.join(epilogue.chain)}; pin the fused call to "
+                                 "another kernel or torch")
     fmt = output_format(x, weight)
     out = torch.empty(_out_shape(conv, x, weight), device=x.device, dtype=x.dtype, memory_format=fmt)
+    # planned for the chain, whatever this call's residual is: conv2d checks each call's against the output
+    planned = Epilogue(epilogue.chain, epilogue.vectors, out if epilogue.residual is not None else None)
     plan, _ = variant.library.checked_plan(x, weight, bias, conv.stride, conv.padding, conv.dilation, value.meta,
-                                           for_dtype(precision, dtype_name(x)), out, 1, RELU)
+                                           for_dtype(precision, dtype_name(x)), out, 1, planned)
     return variant.library, plan, fmt, tuple(out.shape)
 
 

@@ -7,17 +7,15 @@ asked to (library/fold_bn.py) and reports what each will run."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 
-from convtune.errors import UnsupportedProblem
-from convtune.library import call_key, fold_bn, functional, fused
+from convtune.library import call_key, fold_bn, functional, fused, residual
+from convtune.library.report import Report, Swap, fused_runs_of, has_bias, runs_of
 from convtune.library import dispatch
-from convtune.library.call_key import default_precision
-from convtune.library.functional import conv2d, decision
+from convtune.library.functional import conv2d
 from convtune.pins import TORCH
 from convtune.kernels.conv_args import dtype_name
 from convtune.kernels.torch_conv import cudnn_allows_tf32
@@ -52,6 +50,9 @@ class Conv2d(torch.nn.Conv2d):
     # Set by convert with _bn where a torch.nn.ReLU takes the batch norm's output alone: its calls that fold run the
     # ReLU in the kernel where the pins say a kernel wins the fused problem (library/fused.py)
     _fuses_relu: bool = False
+    # Set by convert with _bn where the batch norm's output gets a residual added, then a ReLU: its module's eval forward
+    # calls it through residual.conv_bn_add_relu (library/residual.py)
+    _fuses_residual: bool = False
     # Set by hold_torch: every call runs torch's convolution (with the folded weight and bias where the layer folds)
     _held: bool = False
 
@@ -175,40 +176,6 @@ def _why_input(x: torch.Tensor) -> Optional[str]:
     return None
 
 
-@dataclass
-class Swap:
-    """One convolution of a converted model and what it runs (`left`: handed back to torch.nn.Conv2d); `decided`:
-    for the example input, what each context's calls run (eager, train, compiled: a pins.KernelPin or pins.TORCH),
-    where the pins decide it."""
-    name: str
-    layer: str
-    runs: str
-    left: bool = False
-    decided: dict[str, Any] = field(default_factory=dict)  # and "fused": the eager calls' fused problem, if any
-    pattern: str = "conv"  # what the layer became: "conv", or "conv+bn" with the batch norm it folds (its name)
-
-
-class Report(list):
-    """convert's answer: a Swap per convolution; str() is a table."""
-
-    def __str__(self) -> str:
-        width = max([len(s.name) for s in self] + [5])
-        lines = [f"{'layer':<{width}}  runs", f"{'-' * width}  ----"]
-        lines += [f"{s.name:<{width}}  {s.runs}   [{s.pattern}: {s.layer}]" for s in self]
-        ours, torch_ = (sum(s.runs.startswith(w) for s in self) for w in ("convtune", "torch"))
-        idle = len(self) - ours - torch_
-        left = sum(s.left for s in self)
-        folds = sum(s.pattern != "conv" for s in self)
-        return "\n".join(lines + [f"{len(self) - left} convolution(s) swapped"
-                                  + (f" and {left} left as torch.nn.Conv2d" if left else "")
-                                  + f": {ours} run convtune's kernel, {torch_} torch's"
-                                  + (f", {idle} not called by the example input" if idle else "")
-                                  + (f"; {folds} fold a batch norm" if folds else "")
-                                  + (f"; no batch norm folded: {self.unfolded}" if self.unfolded else "")])
-
-    unfolded: Optional[str] = None  # why convert looked for no batch norm to fold
-
-
 def convert(model: torch.nn.Module, example_input: Any = None, *,
             leave_torch_layers: Optional[bool] = None, fold_bn_layers: bool = False) -> Report:
     """Make the torch.nn.Conv2d layers of `model` convtune.nn.Conv2d, in place (parameters, buffers and hooks
@@ -234,10 +201,13 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     that folds one is never left as torch.nn.Conv2d, and the pins decide it as the convolution with a bias that it then
     computes. Where a torch.nn.ReLU module takes the batch norm's output alone, the layer's folded calls run that ReLU
     in the kernel where the pins say a kernel wins the fused problem (library/fused.py; the report's pattern
-    `conv+bn+relu`). Off by default because it does not win everywhere: ResNet-50 b32 on the H200 ran 1.29x eager torch under
-    bfloat16 autocast with it, level in float32, and 0.92-0.95x torch.compile(model) compiled: the graph is torch's, but
-    its modules stay convtune's (convert otherwise hands such layers back to torch's), and each compiled call pays host
-    time for them."""
+    `conv+bn+relu`). Where the batch norm's output gets a residual added and then a ReLU module (torchvision's
+    Bottleneck and BasicBlock), the module that does so runs, in eval, its traced graph with the residual computed first
+    and the kernel adding it and applying the ReLU where the pins say a kernel wins that fused problem
+    (library/residual.py; the pattern `conv+bn+add+relu`). Off by default because it does not win everywhere:
+    ResNet-50 b32 on the H200 ran 1.29x eager torch under bfloat16 autocast with it, level in float32, and 0.92-0.95x
+    torch.compile(model) compiled: the graph is torch's, but its modules stay convtune's (convert otherwise hands such
+    layers back to torch's), and each compiled call pays host time for them."""
     if leave_torch_layers not in (None, True, False):
         raise ValueError(f"leave_torch_layers={leave_torch_layers!r}: give True, False or None (on with an "
                          "example_input)")
@@ -265,20 +235,32 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
                 modules[conv_name].__dict__["_fuses_relu"] = True
                 modules[relu_name].__class__ = fused.FusedReLU
                 relus[conv_name] = relu_name
+    if fold_bn_layers:  # the residual adds after folded batch norms, and the ReLU after them (library/residual.py)
+        for module_name, (graph, found) in residual.find(model).items():
+            found = [t for t in found if folding.get(residual.full_name(module_name, t.conv)) ==
+                     residual.full_name(module_name, t.bn)]
+            for t in found:
+                modules[residual.full_name(module_name, t.conv)].__dict__["_fuses_residual"] = True
+            if found:
+                residual.rewrite(modules[module_name], graph, found)
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
     report.unfolded = unfolded
     for name, m in swapped:
-        runs, torch_in_every_mode, decided = _runs(m, seen.get(name), example_input is not None)
+        runs, torch_in_every_mode, decided = runs_of(m, seen.get(name), example_input is not None)
         m._compiled_torch = dispatch.generation if decided.get("compiled") == TORCH else None
         left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d and m._bn is None
         if left:
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
         pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
+        chain = fused.RELU.chain if name in relus else residual.CHAIN if name in folding and m._fuses_residual else ()
+        if chain == residual.CHAIN:
+            pattern = f"conv+bn+add+relu ({folding[name]})"
         if name in relus:
             pattern = f"conv+bn+relu ({folding[name]}, {relus[name]})"
-            said, fused_value = _fused_runs(m, seen.get(name))
+        if chain:
+            said, fused_value = fused_runs_of(m, seen.get(name), chain)
             runs += said
             if fused_value is not None:
                 decided["fused"] = fused_value
@@ -295,11 +277,15 @@ def problems(model: torch.nn.Module, example_input: Any, *,
 
     `fold_bn_layers`: the calls `convert(model, ..., fold_bn_layers=True)` makes in eval without gradients (the model
     itself is left as it is): a layer that folds a batch norm computes with a bias, and one whose ReLU it fuses asks
-    for the fused problem first (epilogue `relu`: library/fused.py), which is the one listed for it. A model converted
-    so is read the same way without the flag."""
+    for the fused problem first (epilogue `relu`: library/fused.py; `add,relu` after a residual: library/residual.py),
+    which is the one listed for it. A model converted so is read the same way without the flag."""
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
     chains = fold_bn.conv_bn_chains(model)[0] if fold_bn_layers else []
     folds = {conv: relu is not None for conv, _, relu in chains}
+    residuals = {residual.full_name(module_name, t.conv) for module_name, (_, found) in
+                 (residual.find(model).items() if fold_bn_layers else ()) for t in found
+                 if (residual.full_name(module_name, t.conv), residual.full_name(module_name, t.bn))
+                 in {(conv, bn) for conv, bn, _ in chains}}
     seen = _inputs_seen(model, example_input, layers)
     found: dict[str, tuple[ConvProblem, list[str]]] = {}
     for name, m in layers:
@@ -308,10 +294,12 @@ def problems(model: torch.nn.Module, example_input: Any, *,
             continue
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
-        fuses = folds.get(name, False) or (getattr(m, "_bn", None) is not None and getattr(m, "_fuses_relu", False))
+        converted = getattr(m, "_bn", None) is not None
+        chain = fused.RELU.chain if folds.get(name, False) or (converted and getattr(m, "_fuses_relu", False)) else \
+            residual.CHAIN if name in residuals or (converted and getattr(m, "_fuses_residual", False)) else ()
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        _has_bias(m) or name in folds, dtype=dtype_name(x), init="randn",
-                        layout=call_key.call_layout(x, m.weight), epilogue=fused.RELU.chain if fuses else ())
+                        has_bias(m) or name in folds, dtype=dtype_name(x), init="randn",
+                        layout=call_key.call_layout(x, m.weight), epilogue=chain)
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found
 
@@ -332,7 +320,7 @@ def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[
     modes = {m: m.training for m in model.modules()}
     try:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), residual.as_written():  # each convolution called as a module, for its hook
             model(example_input)
     finally:
         for h in hooks:
@@ -340,53 +328,3 @@ def _inputs_seen(model: torch.nn.Module, example_input: Any, layers: list[tuple[
         for m, training in modes.items():
             m.training = training
     return seen
-
-
-def _runs(m: Conv2d, x: Optional[torch.Tensor], ran: bool) -> tuple[str, bool, dict[str, Any]]:
-    """The report line of `m` for the input `x` it got (None: not called, or no example), whether that input
-    runs torch in every context (eager calls without gradients, training calls, compiled calls: so that convert may
-    leave it to torch), and what each context runs where the pins decide it.
-    A CPU input decides nothing: the pins decide on the GPU, where the model may yet go."""
-    why = m.why_torch(x)
-    if why is not None:
-        return f"torch: {why}", x is not None and (x.is_cuda or _why_layer(m) is not None), {}
-    if x is None:
-        return ("not called by the example input" if ran else "convtune (configuration per input shape: pins)"), \
-            False, {}
-    try:
-        d = decision(x, m.weight, _has_bias(m), m.stride, m.padding, m.dilation, default_precision())
-        value, source = d.value, d.source
-        t = decision(x, m.weight, m.bias is not None, m.stride, m.padding, m.dilation, default_precision(), training=True)
-        in_training = (t.value, t.source)  # training folds nothing: the layer's own bias
-        c = decision(x, m.weight, _has_bias(m), m.stride, m.padding, m.dilation, default_precision(), compiled=True)
-    except UnsupportedProblem as e:
-        return f"torch: {e}", True, {}
-    # the source says which rule decided (library/dispatch.py), and why; a kernel's line names it and its configuration
-    runs = f"torch ({source})" if value == TORCH else f"convtune {value.short()} ({source})"
-    if in_training[1] != source:  # a "+train" pin decides this shape's calls that record gradients
-        runs += "; in training " + ("torch" if in_training[0] == TORCH else f"convtune {in_training[0].short()}") + \
-            f" ({in_training[1]})"
-    # inside torch.compile its "+compiled" pin decides (torch where it has none): said where that differs from eager
-    if c.value != value or c.rule != "torch":
-        runs += "; under torch.compile " + (f"convtune {c.value.short()} ({c.source})" if c.value != TORCH else
-                                            f"torch ({c.source})" if c.rule != "torch" else
-                                            "torch (no pin measured under compile: tune_model.py compile=true)")
-    decided = {"eager": value, "train": in_training[0], "compiled": c.value}
-    return runs, all(v == TORCH for v in decided.values()), decided
-
-
-def _fused_runs(m: Conv2d, x: Optional[torch.Tensor]) -> tuple[str, Any]:
-    """What the report says of a layer's fused ReLU for the input it got: the kernel the pins run for the fused problem
-    (library/fused.py), or torch's ReLU after the convolution; and what runs for that problem (None: nothing decided)."""
-    if x is None or m.why_torch(x) is not None:
-        return "", None
-    try:
-        d = fused.decision(m, x, m.weight, default_precision())
-    except UnsupportedProblem as e:
-        return f"; its ReLU runs as torch's ({e})", TORCH
-    return f"; with its ReLU: {'torch' if d.value == TORCH else 'convtune ' + d.value.short()} ({d.source})", d.value
-
-
-def _has_bias(m: torch.nn.Module) -> bool:
-    """Whether the layer's calls without gradients compute with a bias: its own, or a folded batch norm's."""
-    return m.bias is not None or getattr(m, "_bn", None) is not None

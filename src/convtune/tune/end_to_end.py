@@ -178,9 +178,11 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
     rest torch's convolution, timed on the host up to a synchronize (what a loop waits for); for None, the model as
     torch runs it. One module and one optimizer for all: the same parameters and tensors, so the modules' classes are
     the one difference. A layer that folds a batch norm (convert's fold_bn_layers) runs torch's convolution by
-    hold_torch, so that its batch norm stays folded; in the torch model its batch norm and ReLU are torch's again."""
+    hold_torch, so that its batch norm stays folded; in the torch model its batch norm, its ReLU and the module that
+    adds its residual are torch's again."""
     import torch
 
+    from convtune.library import residual
     from convtune.library.fold_bn import FoldedBatchNorm2d
     from convtune.library.fused import FusedReLU
     from convtune.library.nn import Conv2d as Ours
@@ -189,13 +191,16 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
     model.train(train)
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     folding = {name for name, m in convs if m._bn is not None}
-    around = [(m, type(m)) for m in model.modules() if isinstance(m, (FoldedBatchNorm2d, FusedReLU))]
-    torch_class = {FoldedBatchNorm2d: torch.nn.BatchNorm2d, FusedReLU: torch.nn.ReLU}
+    # convert's classes around the convolutions, and torch's: the batch norms, the ReLUs and the modules whose residual
+    # add it fuses (library/residual.py: a subclass of the module's class)
+    around = [(m, type(m), torch.nn.BatchNorm2d if isinstance(m, FoldedBatchNorm2d) else
+               torch.nn.ReLU if isinstance(m, FusedReLU) else type(m).__mro__[1]) for m in model.modules()
+              if isinstance(m, (FoldedBatchNorm2d, FusedReLU)) or residual.TRACED in m.__dict__]
 
     def make(on_kernel: Optional[set[str]]) -> Callable[[], float]:
         ours = set() if on_kernel is None else on_kernel | folding
         classes = [(m, Ours if name in ours else torch.nn.Conv2d) for name, m in convs]
-        classes += [(m, torch_class[c] if on_kernel is None else c) for m, c in around]
+        classes += [(m, theirs if on_kernel is None else c) for m, c, theirs in around]
         held = [(m, name in folding and name not in (on_kernel or set())) for name, m in convs]
 
         def step() -> float:
