@@ -331,3 +331,30 @@ def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_w
         assert torch.equal(model(x), ref(x)) and len(ran) == 4  # the block's own forward, twice its ReLU, in each
     finally:
         dispatch.forget()
+
+
+def test_under_autocast_the_residual_tail_runs_the_kernel_of_the_regions_dtype(tmp_path, monkeypatch):
+    """Under torch.autocast the block's fused call computes as its convolution would there: the folded parameters cast
+    to the region's dtype (float16: the interpreter has no bfloat16), keyed by it, the residual in it too."""
+    from convtune.library import fused
+    from convtune.problem import ConvProblem
+
+    f = own_pins(tmp_path, monkeypatch)
+    torch.manual_seed(0)
+    model = Bottleneck(16, 4).eval()
+    for bn in (model.bn1, model.bn2, model.bn3):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    ref = copy.deepcopy(model)
+    x = torch.rand(1, 16, 4, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        report = convtune.nn.convert(model, x.half(), fold_bn_layers=True)
+    assert [s.pattern for s in report if s.name == "conv3"] == ["conv+bn+add+relu (bn3)"]
+    key = ConvProblem("", 1, 4, 4, 4, 16, 1, 1, (1, 1), (0, 0), (1, 1), 1, True, dtype="float16",
+                      epilogue=("add", "relu")).key()
+    _pin_and_count_relus(f, key, monkeypatch)
+    with torch.autocast("cpu", dtype=torch.float16), torch.no_grad():
+        want, got = ref(x.half()), model(x.half())
+    assert got.dtype == want.dtype == torch.float16
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+    assert {sig[-1]: v is fused.pins.TORCH for sig, v in fused._plans.items()}.get(("add", "relu")) is False

@@ -148,15 +148,19 @@ def _fusing_class(cls: type) -> type:
 
 def conv_bn_add_relu(conv: Any, bn: torch.nn.Module, relu: torch.nn.Module, x: torch.Tensor,
                      r: torch.Tensor) -> torch.Tensor:
-    """relu(bn(conv(x)) + r): in the kernel where the layer folds and a kernel wins the fused problem, else by the
-    modules (the batch norm passing its input on where the convolution folded it)."""
+    """relu(bn(conv(x)) + r): in the kernel where the layer folds and a kernel wins the fused problem (under
+    torch.autocast the problem of autocast's dtype, `r` in it too), else by the modules (the batch norm passing its
+    input on where the convolution folded it)."""
     why_torch = getattr(conv, "why_torch", None)  # convtune.nn.Conv2d's (tune_model may hand it torch's class)
     if why_torch is not None and conv._bn is bn and not conv._held and fold_bn.folds(conv, bn, x) and \
-            not torch.is_autocast_enabled(x.device.type) and isinstance(r, torch.Tensor) and why_torch(x) is None:
+            isinstance(r, torch.Tensor):
         weight, bias = fold_bn.folded_params(conv, bn)
-        out = fused.conv2d(conv, x, weight, bias, precision_for(cudnn_allows_tf32()), Epilogue(CHAIN, residual=r))
-        if out is not None:
-            return out
+        if torch.is_autocast_enabled(x.device.type):  # what the convolution computes with there, as its forward casts
+            x, weight, bias = conv._autocast(x, weight, bias, False)
+        if why_torch(x) is None:
+            out = fused.conv2d(conv, x, weight, bias, precision_for(cudnn_allows_tf32()), Epilogue(CHAIN, residual=r))
+            if out is not None:
+                return out
     return relu(bn(conv(x)) + r)
 
 
