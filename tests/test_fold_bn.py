@@ -280,6 +280,16 @@ def test_the_relu_after_a_folded_batch_norm_runs_in_the_kernel_where_a_pin_of_th
         dispatch.forget()
 
 
+def _basic_block():
+    """A BasicBlock(4, 8, stride 2) in eval mode with non-trivial batch-norm statistics, and an unconverted copy."""
+    torch.manual_seed(0)
+    model = BasicBlock(4, 8, stride=2).eval()
+    for bn in (model.bn1, model.bn2, model.downsample[1]):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    return model, copy.deepcopy(model)
+
+
 @pytest.mark.parametrize("fused_pin", [True, False])
 def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_where_a_pin_says_so(
         tmp_path, monkeypatch, fused_pin):
@@ -293,12 +303,7 @@ def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_w
     from convtune.problem import ConvProblem
 
     f = own_pins(tmp_path, monkeypatch)
-    torch.manual_seed(0)
-    model = BasicBlock(4, 8, stride=2).eval()
-    for bn in (model.bn1, model.bn2, model.downsample[1]):
-        bn.running_mean.uniform_(-0.5, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-    ref = copy.deepcopy(model)
+    model, ref = _basic_block()
     key = ConvProblem("", 1, 8, 4, 4, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, epilogue=("add", "relu")).key()
     assert key.endswith("-bias-nchw-float32-then-add.relu")
     ran = _pin_and_count_relus(f, key if fused_pin else None, monkeypatch)
@@ -358,3 +363,39 @@ def test_under_autocast_the_residual_tail_runs_the_kernel_of_the_regions_dtype(t
     assert got.dtype == want.dtype == torch.float16
     torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
     assert {sig[-1]: v is fused.pins.TORCH for sig, v in fused._plans.items()}.get(("add", "relu")) is False
+
+
+@pytest.mark.parametrize("kernel", ["implicit_gemm", "nhwc_igemm"])
+def test_a_channels_last_block_fuses_with_its_folded_weights_in_the_layout_the_kernel_reads(tmp_path, monkeypatch,
+                                                                                           kernel):
+    """A channels_last model's folded weight is channels_last too; the kernels read an NCHW-contiguous one
+    (implicit_gemm reads it as it is and refused it; its copy is made once per folded weight): with both fused calls
+    of a BasicBlock pinned to the kernel (its ReLU after bn1, its residual add and ReLU after bn2), the block runs both
+    and its output, channels_last, is torch's."""
+    from convtune import pins
+    from convtune.kernels import Meta
+    from convtune.library import dispatch, fused
+    from convtune.problem import ConvProblem
+
+    f = own_pins(tmp_path, monkeypatch)
+    model, ref = _basic_block()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.rand(1, 4, 8, 8).to(memory_format=torch.channels_last)
+    for key in (ConvProblem("", 1, 4, 8, 8, 8, 3, 3, (2, 2), (1, 1), (1, 1), 1, True, layout="channels_last",
+                            epilogue=("relu",)).key(),
+                ConvProblem("", 1, 8, 4, 4, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1, True, layout="channels_last",
+                            epilogue=("add", "relu")).key()):
+        pins.write_pin(f, "interpreter", kernel, pins.pin_key(key, "tf32"),
+                       pins.KernelPin(kernel, Meta(16, 16, 16, 4, 2)), {"rule": "test"})
+    dispatch.forget()
+    try:
+        convtune.nn.convert(model, x, fold_bn_layers=True)
+        dispatch.forget()
+        with torch.no_grad():
+            got, want = model(x), ref(x)
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+        assert got.is_contiguous(memory_format=torch.channels_last)
+        assert {sig[-1]: v is pins.TORCH for sig, v in fused._plans.items()} == {("relu",): False,
+                                                                                ("add", "relu"): False}
+    finally:
+        dispatch.forget()

@@ -21,6 +21,7 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import get_variant
 from convtune.kernels.conv_args import dtype_name
 from convtune.kernels.epilogue import Epilogue
+from convtune.kernels.runner import WeightCache
 from convtune.library import dispatch, functional
 from convtune.library.call_key import output_format
 from convtune.problem import for_dtype
@@ -31,6 +32,9 @@ MARK = "_convtune_relu_applied"  # set on a fused call's output: the ReLU after 
 # a call's signature → (variant, plan) of the kernel that fuses it, or pins.TORCH; dropped with dispatch's decisions
 _plans: dict[tuple, Any] = {}
 dispatch.on_forget.append(_plans.clear)
+# the kernels read an NCHW-contiguous weight: a channels_last model's folded weight is channels_last (its copy is made
+# once per weight tensor and version)
+_contiguous = WeightCache()
 
 
 class FusedReLU(torch.nn.ReLU):
@@ -64,6 +68,7 @@ def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if hit is pins.TORCH:
         return None
     host, plan, fmt, shape = hit
+    weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     r = epilogue.residual
     if r is not None and (r.shape != shape or r.dtype != x.dtype or r.device != x.device):  # a broadcast add: torch's
         return None
@@ -79,6 +84,7 @@ def _plan(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     value = decision(conv, x, weight, precision, epilogue.chain).value
     if value == pins.TORCH:
         return pins.TORCH
+    weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     variant = get_variant(value.kernel)
     if variant.library is None or not variant.fuses(epilogue.chain):  # a hand-written pin: it cannot run the chain
         raise UnsupportedProblem(f"{value.kernel} does not fuse {','.join(epilogue.chain)}; pin the fused call to "
