@@ -331,6 +331,13 @@ def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_w
             twin.conv2.weight.mul_(2)  # the copy's own modules: the original's output stays
             torch.testing.assert_close(model(x), want, rtol=2e-3, atol=2e-3)
             assert not torch.allclose(twin(x), want, rtol=2e-3, atol=2e-3)
+            assert type(twin) is type(model) and twin._convtune_traced.conv2 is twin.conv2  # the copy still fuses
+            seen = []
+            hook = model.bn2.register_forward_hook(lambda m, args, out: seen.append(out))
+            ran.clear()
+            torch.testing.assert_close(model(x), want, rtol=2e-3, atol=2e-3)
+            hook.remove()
+            assert len(seen) == 1 and len(ran) == 2  # a hook watches bn2: the modules run, the hook sees its call
         model.train(), ref.train()
         ran.clear()
         assert torch.equal(model(x), ref(x)) and len(ran) == 4  # the block's own forward, twice its ReLU, in each
@@ -399,3 +406,26 @@ def test_a_channels_last_block_fuses_with_its_folded_weights_in_the_layout_the_k
                                                                                 ("add", "relu"): False}
     finally:
         dispatch.forget()
+
+
+def test_a_converted_model_saves_with_torch_save_and_loads_as_its_own_classes(tmp_path):
+    """torch.save pickles the model: a module whose residual tail fuses is written as its own class without its
+    traced graph (a class made at run time has no name to load by); the loaded model computes the same, and convert
+    makes it fuse again."""
+    from tests.tiny_models import Bottleneck
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(BasicBlock(4, 8, stride=2), Bottleneck(8, 2))
+    ref = copy.deepcopy(model).eval()
+    x = torch.rand(2, 4, 16, 16)
+    convtune.nn.convert(model, x, fold_bn_layers=True)
+    assert type(model[1]) is not Bottleneck and isinstance(model[1], Bottleneck)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False).eval()
+    assert [type(m) for m in loaded] == [BasicBlock, Bottleneck] and "_convtune_traced" not in loaded[1].__dict__
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), ref(x))
+        report = convtune.nn.convert(loaded, x, fold_bn_layers=True)
+        assert [s.pattern for s in report if s.name == "1.conv3"] == ["conv+bn+add+relu (1.bn3)"]
+        assert type(loaded[1]) is type(model[1])
+        torch.testing.assert_close(loaded(x), ref(x))

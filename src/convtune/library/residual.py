@@ -15,7 +15,8 @@ with `r` computed first and those four calls replaced by one, `conv_bn_add_relu`
   folded), the add and the ReLU.
 The module's class becomes a subclass of its own (one per class, named as it; `_eval_forward` its forward), and the
 graph is kept in the instance's `__dict__` (not a submodule: the module tree and the state_dict stay as they were;
-copy.deepcopy copies it with the module). Training, calls traced by torch.compile and tracing by torch.fx run the
+copy.deepcopy copies it with the module; pickling, as torch.save does, writes the module as its own class without it).
+A forward hook on the convolution, its batch norm or the ReLU (or a global one) keeps the calls on the modules. Training, calls traced by torch.compile and tracing by torch.fx run the
 class's own forward, and so does every call inside `as_written()` (convert's example forward: each convolution is
 called as a module there, so that its hooks see its input).
 """
@@ -23,6 +24,8 @@ called as a module there, so that its hooks see its input).
 from __future__ import annotations
 
 import contextlib
+import copy
+import copyreg
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,18 +145,40 @@ def _fusing_class(cls: type) -> type:
     sub = _classes.get(cls)
     if sub is None:
         sub = _classes[cls] = type(cls.__name__, (cls,), {"forward": _eval_forward, "__module__": cls.__module__,
-                                                          "__doc__": cls.__doc__})
+                                                          "__doc__": cls.__doc__, "__reduce_ex__": _reduce_as_base,
+                                                          "__deepcopy__": _deepcopy})
     return sub
+
+
+def _reduce_as_base(self: torch.nn.Module, protocol: int) -> Any:
+    """Pickled (torch.save of the model) as its class's base, without the traced graph: a class made at run time has
+    no name to be loaded by. The loaded module runs its own forward (its convolution still folds where convert set that
+    up); convert makes it fuse again."""
+    state = {k: v for k, v in self.__dict__.items() if k != TRACED}
+    return copyreg._reconstructor, (type(self).__mro__[1], object, None), state
+
+
+def _deepcopy(self: torch.nn.Module, memo: dict) -> Any:
+    """copy.deepcopy as for any object (the class and the traced graph with it), not as pickling does."""
+    return copy._reconstruct(self, memo, *object.__reduce_ex__(self, 4))
+
+
+def _hooked(*modules: torch.nn.Module) -> bool:
+    """Whether a forward hook would see any of `modules` called (theirs, or a global one): the fused call calls none of
+    them, so such calls go through the modules."""
+    glob = torch.nn.modules.module
+    return bool(glob._global_forward_hooks or glob._global_forward_pre_hooks) or \
+        any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 def conv_bn_add_relu(conv: Any, bn: torch.nn.Module, relu: torch.nn.Module, x: torch.Tensor,
                      r: torch.Tensor) -> torch.Tensor:
     """relu(bn(conv(x)) + r): in the kernel where the layer folds and a kernel wins the fused problem (under
-    torch.autocast the problem of autocast's dtype, `r` in it too), else by the modules (the batch norm passing its
-    input on where the convolution folded it)."""
+    torch.autocast the problem of autocast's dtype, `r` in it too) and no forward hook watches the three modules, else
+    by the modules (the batch norm passing its input on where the convolution folded it)."""
     why_torch = getattr(conv, "why_torch", None)  # convtune.nn.Conv2d's (tune_model may hand it torch's class)
     if why_torch is not None and conv._bn is bn and not conv._held and fold_bn.folds(conv, bn, x) and \
-            isinstance(r, torch.Tensor):
+            isinstance(r, torch.Tensor) and not _hooked(conv, bn, relu):
         weight, bias = fold_bn.folded_params(conv, bn)
         if torch.is_autocast_enabled(x.device.type):  # what the convolution computes with there, as its forward casts
             x, weight, bias = conv._autocast(x, weight, bias, False)
