@@ -329,3 +329,17 @@ def test_fold_bn_times_the_fused_and_folded_calls_the_converted_model_makes_agai
     row = next(line for line in table.splitlines() if line.startswith(f"| without {timed} |"))
     held = pins.pinned_value(pins.load(f), "interpreter", pins.pin_key(timed, "tf32"))
     assert (held == pins.TORCH) == ("torch pinned" in row) == (dropped == [pins.pin_key(timed, "tf32")]), row
+
+
+def test_a_fused_shapes_overrides_give_run_py_that_problem():
+    """tune_model.py hands each shape to `run.py +experiment=candidates` as overrides of problem=tiny: composed by
+    Hydra, a fused shape's are the same problem, its epilogue included (and an unfused one's an empty chain)."""
+    from convtune.problem import ConvProblem
+    from convtune.tune.model import shape_overrides
+    from tests.conftest import compose
+
+    for chain in (("add", "relu"), ()):
+        p = ConvProblem("layer", 2, 8, 6, 6, 16, 1, 1, (1, 1), (0, 0), (1, 1), 1, True, init="randn",
+                        layout="channels_last", epilogue=chain)
+        cfg = compose("problem=tiny", *shape_overrides(p, "layer"))
+        assert ConvProblem.from_mapping(cfg.problem).key() == p.key()
