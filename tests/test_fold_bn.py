@@ -429,3 +429,13 @@ def test_a_converted_model_saves_with_torch_save_and_loads_as_its_own_classes(tm
         assert [s.pattern for s in report if s.name == "1.conv3"] == ["conv+bn+add+relu (1.bn3)"]
         assert type(loaded[1]) is type(model[1])
         torch.testing.assert_close(loaded(x), ref(x))
+
+
+def test_convert_leaves_each_modules_train_or_eval_flag_as_it_was():
+    """A model in training with a frozen batch norm (eval mode inside a training block, as detection models keep
+    theirs): convert traces each block in eval mode to find its residual tail and gives each module its own flag back."""
+    model = tiny_resnet().train()
+    model[4].bn2.eval()
+    before = {name: m.training for name, m in model.named_modules()}
+    convtune.nn.convert(model, torch.rand(2, 3, 16, 16), fold_bn_layers=True)
+    assert {name: m.training for name, m in model.named_modules()} == before

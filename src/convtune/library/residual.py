@@ -60,14 +60,15 @@ class Tail:
 def tails(module: torch.nn.Module) -> tuple[Optional[torch.fx.Graph], list[Tail]]:
     """`module`'s traced graph (in eval mode, as its eval forward runs) and the conv → bn → add → ReLU links among its
     own children (none where it does not trace)."""
-    was = module.training
+    modes = {m: m.training for m in module.modules()}  # each restored as it was (a frozen batch norm stays in eval)
     try:
         module.eval()
         graph = fold_bn._LeafTracer().trace(module)
     except Exception:  # noqa: BLE001 - fx raises what the module's Python does: such a module keeps its forward
         return None, []
     finally:
-        module.train(was)
+        for m, training in modes.items():
+            m.training = training
     children = dict(module.named_children())
     found = []
     for conv, bn in fold_bn.folding_links(graph, children):
