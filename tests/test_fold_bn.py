@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import convtune
-from convtune.library import fold_bn
+from convtune.library import fold_bn, residual
 from tests.conftest import own_pins
 from tests.tiny_models import BasicBlock, Bottleneck, tiny_resnet
 
@@ -338,6 +338,14 @@ def test_the_residual_add_and_relu_after_a_folded_batch_norm_run_in_the_kernel_w
             torch.testing.assert_close(model(x), want, rtol=2e-3, atol=2e-3)
             hook.remove()
             assert len(seen) == 1 and len(ran) == 2  # a hook watches bn2: the modules run, the hook sees its call
+        # the block frozen, its residual recording gradients (the convolution would fold): the modules' path
+        model.requires_grad_(False)
+        r = torch.rand(1, 8, 4, 4, requires_grad=True)
+        y = model.relu(model.bn1(model.conv1(x)))  # conv2's input
+        out = residual.conv_bn_add_relu(model.conv2, model.bn2, model.relu, y, r)
+        out.sum().backward()
+        assert r.grad is not None and torch.equal(r.grad, (out > 0).float())
+        model.requires_grad_(True)
         model.train(), ref.train()
         ran.clear()
         assert torch.equal(model(x), ref(x)) and len(ran) == 4  # the block's own forward, twice its ReLU, in each

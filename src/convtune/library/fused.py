@@ -68,7 +68,8 @@ def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if hit is pins.TORCH:
         return None
     host, plan, fmt, shape = hit
-    weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
+    if not weight.is_contiguous():
+        weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     r = epilogue.residual
     if r is not None and (r.shape != shape or r.dtype != x.dtype or r.device != x.device):  # a broadcast add: torch's
         return None
@@ -84,7 +85,8 @@ def _plan(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     value = decision(conv, x, weight, precision, epilogue.chain).value
     if value == pins.TORCH:
         return pins.TORCH
-    weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
+    if not weight.is_contiguous():
+        weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     variant = get_variant(value.kernel)
     if variant.library is None or not variant.fuses(epilogue.chain):  # a hand-written pin: it cannot run the chain
         raise UnsupportedProblem(f"{value.kernel} does not fuse {','.join(epilogue.chain)}; pin the fused call to "

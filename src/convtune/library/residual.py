@@ -179,7 +179,8 @@ def conv_bn_add_relu(conv: Any, bn: torch.nn.Module, relu: torch.nn.Module, x: t
     by the modules (the batch norm passing its input on where the convolution folded it)."""
     why_torch = getattr(conv, "why_torch", None)  # convtune.nn.Conv2d's (tune_model may hand it torch's class)
     if why_torch is not None and conv._bn is bn and not conv._held and fold_bn.folds(conv, bn, x) and \
-            isinstance(r, torch.Tensor) and not _hooked(conv, bn, relu):
+            isinstance(r, torch.Tensor) and not (torch.is_grad_enabled() and r.requires_grad) and \
+            not _hooked(conv, bn, relu):  # the kernel's output records no gradient for r
         weight, bias = fold_bn.folded_params(conv, bn)
         if torch.is_autocast_enabled(x.device.type):  # what the convolution computes with there, as its forward casts
             x, weight, bias = conv._autocast(x, weight, bias, False)
