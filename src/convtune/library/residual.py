@@ -160,8 +160,13 @@ def _reduce_as_base(self: torch.nn.Module, protocol: int) -> Any:
 
 
 def _deepcopy(self: torch.nn.Module, memo: dict) -> Any:
-    """copy.deepcopy as for any object (the class and the traced graph with it), not as pickling does."""
-    return copy._reconstruct(self, memo, *object.__reduce_ex__(self, 4))
+    """copy.deepcopy as for any object: the same class, each attribute copied (the traced graph too, its submodules
+    the copy's own through `memo`), not as pickling does."""
+    new = type(self).__new__(type(self))
+    memo[id(self)] = new
+    for k, v in self.__dict__.items():
+        new.__dict__[k] = copy.deepcopy(v, memo)
+    return new
 
 
 def _hooked(*modules: torch.nn.Module) -> bool:
