@@ -384,9 +384,9 @@ def test_under_autocast_the_residual_tail_runs_the_kernel_of_the_regions_dtype(t
 def test_a_channels_last_block_fuses_with_its_folded_weights_in_the_layout_the_kernel_reads(tmp_path, monkeypatch,
                                                                                            kernel):
     """A channels_last model's folded weight is channels_last too; the kernels read an NCHW-contiguous one
-    (implicit_gemm reads it as it is and refused it; its copy is made once per folded weight): with both fused calls
-    of a BasicBlock pinned to the kernel (its ReLU after bn1, its residual add and ReLU after bn2), the block runs both
-    and its output, channels_last, is torch's."""
+    (implicit_gemm reads it as it is and refuses any other; the copy is made once per folded weight): with both fused
+    calls of a BasicBlock pinned to the kernel (its ReLU after bn1, its residual add and ReLU after bn2), the block
+    runs both and its output, channels_last, is torch's."""
     from convtune import pins
     from convtune.kernels import Meta
     from convtune.library import dispatch, fused
@@ -441,7 +441,8 @@ def test_a_converted_model_saves_with_torch_save_and_loads_as_its_own_classes(tm
 
 def test_convert_leaves_each_modules_train_or_eval_flag_as_it_was():
     """A model in training with a frozen batch norm (eval mode inside a training block, as detection models keep
-    theirs): convert traces each block in eval mode to find its residual tail and gives each module its own flag back."""
+    theirs): convert traces each block in eval mode to find its residual tail and gives each module its own flag
+    back."""
     model = tiny_resnet().train()
     model[4].bn2.eval()
     before = {name: m.training for name, m in model.named_modules()}

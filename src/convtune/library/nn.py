@@ -50,8 +50,8 @@ class Conv2d(torch.nn.Conv2d):
     # Set by convert with _bn where a torch.nn.ReLU takes the batch norm's output alone: its calls that fold run the
     # ReLU in the kernel where the pins say a kernel wins the fused problem (library/fused.py)
     _fuses_relu: bool = False
-    # Set by convert with _bn where the batch norm's output gets a residual added, then a ReLU: its module's eval forward
-    # calls it through residual.conv_bn_add_relu (library/residual.py)
+    # Set by convert with _bn where the batch norm's output gets a residual added, then a ReLU: its module's eval
+    # forward calls it through residual.conv_bn_add_relu (library/residual.py)
     _fuses_residual: bool = False
     # Set by hold_torch: every call runs torch's convolution (with the folded weight and bias where the layer folds)
     _held: bool = False

@@ -16,9 +16,10 @@ with `r` computed first and those four calls replaced by one, `conv_bn_add_relu`
 The module's class becomes a subclass of its own (one per class, named as it; `_eval_forward` its forward), and the
 graph is kept in the instance's `__dict__` (not a submodule: the module tree and the state_dict stay as they were;
 copy.deepcopy copies it with the module; pickling, as torch.save does, writes the module as its own class without it).
-A forward hook on the convolution, its batch norm or the ReLU (or a global one) keeps the calls on the modules. Training, calls traced by torch.compile and tracing by torch.fx run the
-class's own forward, and so does every call inside `as_written()` (convert's example forward: each convolution is
-called as a module there, so that its hooks see its input).
+A forward hook on the convolution, its batch norm or the ReLU (or a global one) keeps the calls on the modules.
+Training, calls traced by torch.compile and tracing by torch.fx run the class's own forward, and so does every call
+inside `as_written()` (convert's example forward: each convolution is called as a module there, so that its hooks see
+its input).
 """
 
 from __future__ import annotations
