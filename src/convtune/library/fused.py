@@ -60,6 +60,8 @@ def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """The folded call of `conv` with `epilogue` in the kernel; None where the fused problem runs torch (the caller then
     computes the convolution alone, and the ops after it run as torch's). An output of the ReLU alone is marked, for the
     ReLU module after it (FusedReLU)."""
+    if not weight.is_contiguous():
+        weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     sig = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.dtype, conv.stride, conv.padding, conv.dilation,
            precision, dispatch.generation, epilogue.chain)
     hit = _plans.get(sig)
@@ -68,8 +70,6 @@ def conv2d(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if hit is pins.TORCH:
         return None
     host, plan, fmt, shape = hit
-    if not weight.is_contiguous():
-        weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     r = epilogue.residual
     if r is not None and (r.shape != shape or r.dtype != x.dtype or r.device != x.device):  # a broadcast add: torch's
         return None
@@ -85,8 +85,6 @@ def _plan(conv: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     value = decision(conv, x, weight, precision, epilogue.chain).value
     if value == pins.TORCH:
         return pins.TORCH
-    if not weight.is_contiguous():
-        weight = _contiguous.get(weight, (), torch.Tensor.contiguous)
     variant = get_variant(value.kernel)
     if variant.library is None or not variant.fuses(epilogue.chain):  # a hand-written pin: it cannot run the chain
         raise UnsupportedProblem(f"{value.kernel} does not fuse {','.join(epilogue.chain)}; pin the fused call to "

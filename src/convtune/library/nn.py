@@ -112,12 +112,12 @@ class Conv2d(torch.nn.Conv2d):
             x, weight, bias = self._autocast(x, weight, bias, training)
         if self._held:
             return self._conv_forward(x, weight, bias)
+        precision = call_key.precision_for(tf32)
         if folds and self._fuses_relu and self.why_torch(x) is None:
-            out = fused.conv2d(self, x, weight, bias, call_key.precision_for(tf32))  # type: ignore[arg-type]
+            out = fused.conv2d(self, x, weight, bias, precision)  # type: ignore[arg-type]
             if out is not None:  # the ReLU ran in the kernel
                 return out
         bound = self._bound
-        precision = call_key.precision_for(tf32)
         if bound is not None and bound.training is training and bound.matches(x, weight, bias, precision):
             return bound(x, weight, bias)
         # bias presence too: a layer that folds a batch norm calls with a bias, and without one where it does not fold
@@ -236,13 +236,10 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
                 modules[relu_name].__class__ = fused.FusedReLU
                 relus[conv_name] = relu_name
     if fold_bn_layers:  # the residual adds after folded batch norms, and the ReLU after them (library/residual.py)
-        for module_name, (graph, found) in residual.find(model).items():
-            found = [t for t in found if folding.get(residual.full_name(module_name, t.conv)) ==
-                     residual.full_name(module_name, t.bn)]
+        for module_name, (graph, found) in residual.find(model, folding).items():
             for t in found:
                 modules[residual.full_name(module_name, t.conv)].__dict__["_fuses_residual"] = True
-            if found:
-                residual.rewrite(modules[module_name], graph, found)
+            residual.rewrite(modules[module_name], graph, found)
     seen = _inputs_seen(model, example_input, swapped) if example_input is not None else {}
     report = Report()
     report.unfolded = unfolded
@@ -281,11 +278,10 @@ def problems(model: torch.nn.Module, example_input: Any, *,
     which is the one listed for it. A model converted so is read the same way without the flag."""
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
     chains = fold_bn.conv_bn_chains(model)[0] if fold_bn_layers else []
-    folds = {conv: relu is not None for conv, _, relu in chains}
+    folding = {conv: bn for conv, bn, _ in chains}
+    relus = {conv for conv, _, relu in chains if relu is not None}
     residuals = {residual.full_name(module_name, t.conv) for module_name, (_, found) in
-                 (residual.find(model).items() if fold_bn_layers else ()) for t in found
-                 if (residual.full_name(module_name, t.conv), residual.full_name(module_name, t.bn))
-                 in {(conv, bn) for conv, bn, _ in chains}}
+                 residual.find(model, folding).items() for t in found} if fold_bn_layers else set()
     seen = _inputs_seen(model, example_input, layers)
     found: dict[str, tuple[ConvProblem, list[str]]] = {}
     for name, m in layers:
@@ -294,11 +290,11 @@ def problems(model: torch.nn.Module, example_input: Any, *,
             continue
         n, c, h, w = x.shape
         k, _, kh, kw = m.weight.shape
-        converted = getattr(m, "_bn", None) is not None
-        chain = fused.RELU.chain if folds.get(name, False) or (converted and getattr(m, "_fuses_relu", False)) else \
-            residual.CHAIN if name in residuals or (converted and getattr(m, "_fuses_residual", False)) else ()
+        # a converted model's layers say it themselves (convert sets these with the batch norm they fold)
+        chain = fused.RELU.chain if name in relus or getattr(m, "_fuses_relu", False) else \
+            residual.CHAIN if name in residuals or getattr(m, "_fuses_residual", False) else ()
         p = ConvProblem(name, n, c, h, w, k, kh, kw, tuple(m.stride), tuple(m.padding), tuple(m.dilation), 1,  # type: ignore[arg-type]
-                        has_bias(m) or name in folds, dtype=dtype_name(x), init="randn",
+                        has_bias(m) or name in folding, dtype=dtype_name(x), init="randn",
                         layout=call_key.call_layout(x, m.weight), epilogue=chain)
         found.setdefault(p.key(), (p, []))[1].append(name)
     return found

@@ -197,9 +197,11 @@ def conv_bn_add_relu(conv: Any, bn: torch.nn.Module, relu: torch.nn.Module, x: t
     return relu(bn(conv(x)) + r)
 
 
-def find(model: torch.nn.Module) -> dict[str, tuple[torch.fx.Graph, list[Tail]]]:
-    """Per module of `model` (its name) with conv → bn → add → ReLU links among its children: its traced graph and the
-    links. A module that runs a traced graph already (convert ran before) is not looked at again."""
+def find(model: torch.nn.Module, folding: dict[str, str]) -> dict[str, tuple[torch.fx.Graph, list[Tail]]]:
+    """Per module of `model` (its name) with conv → bn → add → ReLU links among its children whose convolution folds
+    that batch norm (`folding`: convolution → batch norm, by their names in `model`, as fold_bn.conv_bn_chains finds
+    them): its traced graph and those links. A module that runs a traced graph already (convert ran before) is not
+    looked at again."""
     leaves = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU)
     out = {}
     for name, m in model.named_modules():
@@ -207,6 +209,7 @@ def find(model: torch.nn.Module) -> dict[str, tuple[torch.fx.Graph, list[Tail]]]
                                                                       for c in m.children()):
             continue
         graph, found = tails(m)
+        found = [t for t in found if folding.get(full_name(name, t.conv)) == full_name(name, t.bn)]
         if found:
             out[name] = (graph, found)
     return out

@@ -2,7 +2,8 @@
 each shape that runs a kernel, in interleaved turns (measure/ab.py); a shape keeps its kernel pin only where the model
 is faster with it. In the context the pins are for: eager forwards, train steps (train=true) or, with compile=true,
 forwards of the model compiled by torch.compile against the compiled torch model. With fold_bn=true the converted
-model folds its batch norms and fuses the ReLUs after them (convert's fold_bn_layers), against torch's model as it is.
+model folds its batch norms and fuses the ReLUs and residual adds after them (convert's fold_bn_layers), against
+torch's model as it is.
 """
 
 from __future__ import annotations
@@ -136,9 +137,9 @@ def end_to_end(model: Any, x: Any, cfg: DictConfig, shapes: list[Shape], precisi
 
 def _on_kernel(report: Any, shapes: list[Shape], context: str) -> tuple[list[Shape], dict[str, Any]]:
     """The shapes whose layers run a kernel in `context`, as the layers call them, and each such layer's kernel pin.
-    A layer that fuses its ReLU (library/fused.py) is listed under its fused problem where a kernel wins that, else
-    under the plain folded convolution, which its calls then ask for (a shape of its own here, though `shapes` names
-    the fused one)."""
+    A layer that fuses what follows it (its ReLU, or its residual add and ReLU: library/fused.py, library/residual.py)
+    is listed under its fused problem where a kernel wins that, else under the plain folded convolution, which its
+    calls then ask for (a shape of its own here, though `shapes` names the fused one)."""
     import dataclasses
 
     from convtune import pins
@@ -207,7 +208,7 @@ def _steps(model: Any, x: Any, train: bool, convs: list[tuple[str, Any]],
             for m, c in classes:  # object.__setattr__: convtune's __setattr__ would drop the layer's cached decision
                 object.__setattr__(m, "__class__", c)
             for m, h in held:
-                m.__dict__["_held"] = h  # Conv2d.hold_torch, also for a layer that is torch.nn.Conv2d this step
+                Ours.hold_torch(m, h)  # also for a layer that is torch.nn.Conv2d this step: it keeps the flag
             t0 = time.perf_counter()
             if train:
                 opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
