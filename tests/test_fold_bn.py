@@ -108,6 +108,31 @@ def test_the_fold_follows_a_change_of_the_statistics_and_parameters():
         torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
 
 
+def test_a_weight_computed_by_a_pre_hook_is_folded_as_computed():
+    """torch.nn.utils.weight_norm moves the weight out of the module's parameters and computes it before each call:
+    the fold reads it as the attribute it then is, and follows a change of what it is computed from."""
+    import warnings
+
+    def make():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the old weight_norm is deprecated
+            torch.nn.utils.weight_norm(m[0])  # (a model with it cannot be deep-copied)
+        m[1].running_mean.uniform_(-1, 1), m[1].running_var.uniform_(0.5, 2)
+        return m.eval()
+
+    model, ref = make(), make()
+    x = torch.rand(2, 3, 12, 12)
+    report = convtune.nn.convert(model, x, fold_bn_layers=True)
+    assert report[0].pattern == "conv+bn+relu (1, 2)"
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
+        for m in (model, ref):
+            m[0].weight_g.mul_(-0.5)
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
+
+
 def test_fold_bn_layers_takes_a_bool_only():
     with pytest.raises(ValueError, match=r"fold_bn_layers='yes': give True or False \(off by default\)"):
         convtune.nn.convert(tiny_resnet(), fold_bn_layers="yes")

@@ -45,6 +45,29 @@ for i in range(24):
                      choice.meta, "ieee").out
     assert torch.equal(bound, full) and torch.equal(first, full), (i, (bound - full).abs().max().item())
 
+# 1b. implicit_gemm.run launches a binary past Triton's dispatch from its second call on (host.BoundLaunches), with an
+# epilogue too (the library's fused calls): those calls give the first one's bits, in both output layouts.
+from convtune.kernels import Meta  # noqa: E402
+from convtune.kernels.epilogue import Epilogue  # noqa: E402
+
+for i in range(16):
+    n, c, k, kh = random.randint(1, 4), random.randint(1, 40), random.randint(1, 150), random.choice((1, 3))
+    s, h, w = random.choice((1, 2)), random.randint(3, 40), random.randint(3, 40)
+    x, wt, b = (torch.randn(n, c, h, w, device="cuda"), torch.randn(k, c, kh, kh, device="cuda"),
+                torch.randn(k, device="cuda"))
+    ref_out = F.conv2d(x, wt, b, s, kh // 2)
+    fmt = torch.channels_last if i % 2 else torch.contiguous_format
+    r = torch.randn_like(ref_out).contiguous(memory_format=fmt) if i % 4 < 2 else None
+    ep = Epilogue(("add", "relu"), residual=r) if r is not None else Epilogue(("relu",))
+    ref_out = F.relu(ref_out + r if r is not None else ref_out)
+    before, outs = len(ig._binaries), []
+    for _ in range(3):
+        outs.append(torch.full_like(ref_out, float("nan")).contiguous(memory_format=fmt))
+        ig.launch(x, wt, b, s, kh // 2, 1, Meta(64, 64, 32, 4, 3), "ieee", out=outs[-1], epilogue=ep)
+    assert len(ig._binaries) == before + 1, i  # bound after the first launch
+    assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), i
+    torch.testing.assert_close(outs[2], ref_out, rtol=1e-4, atol=1e-4)
+
 # 2. What changes a call: an in-place weight update, a new attribute, an unaligned input, gradients.
 layer = convtune.nn.Conv2d(3, 16, 5, stride=2, padding=2).cuda()
 x = torch.randn(4, 3, 33, 32, device="cuda")

@@ -35,7 +35,7 @@ import triton.language as tl
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.base import KernelVariant, plan_refuses, register
-from convtune.kernels.host import BoundLaunches, Host, alignment_key, without_input
+from convtune.kernels.host import BoundLaunches, Host, alignment_key
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.conv_args import ConvGeometry
@@ -285,23 +285,38 @@ def packed_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
                        lambda w: pack_weight(w, plan))
 
 
-def _descriptors(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor) -> tuple[Any, Any, Any]:
-    """TMA descriptors: the folded input as overlapping rows [positions, KWF·CF] with row stride CF, and the packed
-    weight as [C_out, K] in column tiles of BLOCK_N (or of BLOCK_N/2 and BLOCK_N/4, SPLIT)."""
+def _input_descriptor(plan: LaunchPlan, xf: torch.Tensor) -> Any:
+    """TMA descriptors: the folded input as overlapping rows [positions, KWF·CF] with row stride CF (here), the
+    packed weight as [C_out, K] in column tiles of BLOCK_N, or BLOCK_N/2 and BLOCK_N/4 (SPLIT: _weight_descriptors)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     cx, cf, kwf = plan.constexprs, plan.folded_shape[3], plan.taps[1]
-    a = TensorDescriptor(xf, [plan.rows, kwf * cf], [cf, 1], [cx["BLOCK_M"], cx["BLOCK_K"]])  # xf: fold's buffer
-    if cx["SPLIT"]:
-        return (a, TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"] // 2, cx["BLOCK_K"]]),
-                TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"] // 4, cx["BLOCK_K"]]))
-    w = TensorDescriptor.from_tensor(wp, [cx["BLOCK_N"], cx["BLOCK_K"]])
-    return a, w, w
+    return TensorDescriptor(xf, [plan.rows, kwf * cf], [cf, 1], [cx["BLOCK_M"], cx["BLOCK_K"]])  # xf: fold's buffer
+
+
+def _weight_descriptors(plan: LaunchPlan, wp: torch.Tensor) -> tuple[Any, Any]:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    n, k = plan.constexprs["BLOCK_N"], plan.constexprs["BLOCK_K"]
+    if plan.constexprs["SPLIT"]:
+        return TensorDescriptor.from_tensor(wp, [n // 2, k]), TensorDescriptor.from_tensor(wp, [n // 4, k])
+    w = TensorDescriptor.from_tensor(wp, [n, k])
+    return w, w
+
+
+# the packed weight's descriptors, kept with it: two from_tensor calls took 6.9 us of a call's host time on the H200
+_described = WeightCache()
+
+
+def weight_descriptors(weight: torch.Tensor, plan: LaunchPlan) -> tuple[Any, Any]:
+    return _described.get(weight, (plan.stride, plan.taps, plan.folded_shape[3], plan.row_pad, plan.round_tf32,
+                                   plan.binary_key), lambda w: _weight_descriptors(plan, packed_weight(w, plan)))
 
 
 def _launch(plan: LaunchPlan, xf: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
             r: torch.Tensor, level: str) -> Any:
-    return _conv2d_fold_kernel[plan.grid](*_descriptors(plan, xf, wp), b, out, e, r, **plan.constexprs, LLVM_OPT=level)
+    return _conv2d_fold_kernel[plan.grid](_input_descriptor(plan, xf), *_weight_descriptors(plan, wp), b, out, e, r,
+                                          **plan.constexprs, LLVM_OPT=level)
 
 
 _binaries = BoundLaunches("fold_igemm", lambda: _conv2d_fold_kernel, 7)
@@ -320,7 +335,8 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
         return _launch(plan, xf, wp, b, out, e, r, "none"), "none"
     # the folded input and packed weight are fresh tensors, always aligned: the others' alignment picks the binary
     return _binaries.run(alignment_key(plan.binary_key, x.device, b, out, e, r), plan.grid,
-                         (*_descriptors(plan, xf, wp), b, out, e, r), plan.constexprs,
+                         (_input_descriptor(plan, xf), *weight_descriptors(weight, plan), b, out, e, r),
+                         plan.constexprs,
                          lambda lvl: _right_at(lvl, plan, weight, bias, out, epilogue),
                          lambda lvl: _launch(plan, xf, wp, b, out, e, r, lvl))
 
