@@ -58,8 +58,11 @@ def run_case(case: Case, device: str) -> dict[str, Any]:
     result: dict[str, Any] = {"case": case.label(), "meta_used": meta.short()}
     start = time.monotonic()
     try:
-        launched = variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision, out=out,
-                                  **as_kwargs(ep))
+        # on a GPU twice: the first launch compiles the binary and checks it on one image, the second goes past
+        # Triton's dispatch (host.BoundLaunches), as the library's later calls do; the second one's output is judged
+        for _ in range(2 if dev.type == "cuda" else 1):
+            launched = variant.launch(x, w, b, case.stride, case.padding, case.dilation, meta, case.precision,
+                                      out=out.fill_(float("nan")), **as_kwargs(ep))
         result["llvm_opt"] = launched.llvm_opt
         if dev.type == "cuda":
             torch.cuda.synchronize()
