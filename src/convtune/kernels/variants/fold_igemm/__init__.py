@@ -286,8 +286,7 @@ def packed_weight(weight: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 
 
 def _input_descriptor(plan: LaunchPlan, xf: torch.Tensor) -> Any:
-    """TMA descriptors: the folded input as overlapping rows [positions, KWF·CF] with row stride CF (here), the
-    packed weight as [C_out, K] in column tiles of BLOCK_N, or BLOCK_N/2 and BLOCK_N/4 (SPLIT: _weight_descriptors)."""
+    """The folded input's TMA descriptor: overlapping rows [positions, KWF·CF] with row stride CF."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     cx, cf, kwf = plan.constexprs, plan.folded_shape[3], plan.taps[1]
@@ -295,6 +294,7 @@ def _input_descriptor(plan: LaunchPlan, xf: torch.Tensor) -> Any:
 
 
 def _weight_descriptors(plan: LaunchPlan, wp: torch.Tensor) -> tuple[Any, Any]:
+    """The packed weight's TMA descriptors: [C_out, K] in column tiles of BLOCK_N (or BLOCK_N/2 and /4: SPLIT)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     n, k = plan.constexprs["BLOCK_N"], plan.constexprs["BLOCK_K"]
@@ -304,7 +304,7 @@ def _weight_descriptors(plan: LaunchPlan, wp: torch.Tensor) -> tuple[Any, Any]:
     return w, w
 
 
-# the packed weight's descriptors, kept with it: two from_tensor calls took 6.9 us of a call's host time on the H200
+# the packed weight's descriptors, kept with it: TensorDescriptor.from_tensor took 3.45 us a call on the H200
 _described = WeightCache()
 
 
