@@ -72,10 +72,10 @@ def _problem_of(key):
     import re
 
     m = re.match(r"n(\d+)-c(\d+)-h(\d+)-w(\d+)-k(\d+)-r(\d+)x(\d+)-s(\d+)x(\d+)-p(\d+)x(\d+)-d(\d+)x(\d+)-g1-(\w+?)-"
-                 r"(nchw|channels_last)-(float32|bfloat16|float16)/", key)
+                 r"(nchw|channels_last)-(float32|bfloat16|float16)(?:-then-([a-z0-9_.]+))?/", key)
     n, c, h, w, k, kh, kw, sh, sw, ph, pw, dh, dw = (int(v) for v in m.groups()[:13])
     return ConvProblem("pin", n, c, h, w, k, kh, kw, (sh, sw), (ph, pw), (dh, dw), 1, m[14] == "bias", dtype=m[16],
-                       layout=m[15])
+                       layout=m[15], epilogue=tuple(m[17].split(".")) if m[17] else ())
 
 
 def _mapping(p):

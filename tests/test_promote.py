@@ -175,13 +175,9 @@ def test_export_takes_the_kernel_kernel_library_resolves_to_and_refuses_others_i
     assert run_export(compose(*common, "kernel=library", f"export_path={tmp_path / 'a.py'}")) == 0  # NCHW: implicit_gemm
     assert (tmp_path / "a.py").exists()
     capsys.readouterr()
-    assert run_export(compose(*common, "kernel=library", "problem.layout=channels_last", "problem.in_channels=16",
-                              f"export_path={tmp_path / 'b.py'}")) == 1
     exportable = ", ".join(repr(n) for n, v in sorted(VARIANTS.items()) if v.export is not None)  # the registry's
-    assert capsys.readouterr().out.strip() == ("error: kernel='library' (runs nhwc_igemm for this problem) is not "
-                                               f"exportable: {exportable}")
-    assert run_export(compose(*common, "kernel=nhwc_igemm", f"export_path={tmp_path / 'c.py'}")) == 1
-    assert capsys.readouterr().out.strip() == f"error: kernel='nhwc_igemm' is not exportable: {exportable}"
+    assert run_export(compose(*common, "kernel=nhwc_split_n", f"export_path={tmp_path / 'c.py'}")) == 1
+    assert capsys.readouterr().out.strip() == f"error: kernel='nhwc_split_n' is not exportable: {exportable}"
     assert run_export(compose(*common, "kernel=fold_igemm", "problem.dilation=[2,1]",
                               f"export_path={tmp_path / 'd.py'}")) == 1
     assert capsys.readouterr().out.strip() == "error: fold_igemm takes dilation 1 only, got [2, 1]: nothing exported"
@@ -235,6 +231,47 @@ def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store
         assert banned not in text
     r = run_exported(out, tmp_path, channels_last=kernel == "fold_igemm")  # implicit_gemm's wrapper takes NCHW
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# An nhwc export of a level-2 problem (16 channels, stride 1, then ReLU and the Model's bias) run in a fresh interpreter
+# process: on the CPU ModelNew runs the Model's ops; conv2d_triton, from either input layout, must equal the exact
+# chain on operands rounded to nearest TF32 with ties to even (the nhwc kernels' rule): a kernel that took its operands
+# unrounded would miss by ~5e-4 over these 400 products
+NHWC_FILE_CHECK = (
+    "import importlib.util, sys, torch, torch.nn.functional as F\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "torch.manual_seed(0); model = m.ModelNew(16, 20, 5, (20, 1, 1))\n"
+    "torch.manual_seed(0); conv = torch.nn.Conv2d(16, 20, 5, padding=(2, 1)); bias = torch.randn(20, 1, 1)\n"
+    "x = torch.rand(2, 16, 19, 17)\n"
+    "torch.testing.assert_close(model(x), torch.relu(conv(x)) + bias)\n"
+    "r = lambda t: ((t.detach().view(torch.int32) + 0xFFF + ((t.detach().view(torch.int32) >> 13) & 1)) & -8192)"
+    ".view(torch.float32).double()\n"
+    "want = (torch.relu(F.conv2d(r(x), r(conv.weight), conv.bias.detach().double(), 1, (2, 1))) + bias.double()).float()\n"
+    "vectors = torch.zeros(4, 20); vectors[3] = bias.view(-1)\n"
+    "for xi in (x, x.contiguous(memory_format=torch.channels_last)):\n"
+    "    y = m.conv2d_triton(xi, conv.weight.detach(), conv.bias.detach(), None, vectors)\n"
+    "    torch.testing.assert_close(y, want, rtol=1e-5, atol=2e-5)\n"
+    "print('ok')\n")
+
+
+@pytest.mark.parametrize("kernel,rounded,stages", [("nhwc_igemm", "INPUT_ROUNDED = False", 3),
+                                                   ("nhwc_preround", "INPUT_ROUNDED = True", 3)])
+def test_export_of_an_nhwc_kernel_writes_a_level2_file_that_computes_the_chain(capsys, tmp_path, store, pins_file,
+                                                                                 kernel, rounded, stages):
+    out = tmp_path / "model_new.py"
+    assert run_export(compose("problem=tiny", "problem.in_channels=16", "problem.stride=[1,1]",
+                              "problem.epilogue=[relu,bias]", f"tracking.uri={store}", f"pins_file={pins_file}",
+                              "export=kernelbench", f"kernel={kernel}", f"export_path={out}")) == 0
+    assert f"tiny, {kernel} " in capsys.readouterr().out
+    text = out.read_text()
+    assert "EPILOGUE = 19  # relu, bias" in text and rounded in text and f"W_TMA, GROUP, STAGES = True, 8, {stages}" in text
+    for banned in ("if __name__", "get_inputs", "get_init_inputs", "convtune", "autotune"):
+        assert banned not in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    env["TRITON_INTERPRET"] = "1"
+    r = preloaded.run([sys.executable, "-c", NHWC_FILE_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
 def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm90(capsys, tmp_path, store, pins_file):

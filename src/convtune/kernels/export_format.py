@@ -73,6 +73,21 @@ def chain_in_torch(p: Any, indent: str) -> str:
     return "".join(f"{indent}x = {TORCH_OPS[op]}\n" for op in level2_chain(p))
 
 
+def launch_with_vectors(p: Any) -> str:
+    """The end of ModelNew's forward: conv2d_triton on the packed weight, with the level-2 chain's per-channel rows
+    where it has a `bias` (the Model's parameter, copied into its op's shift row again only when it changes)."""
+    chain = level2_chain(p) if p.epilogue else ()
+    if "bias" not in chain:
+        return "        return conv2d_triton(x, w, self.conv1.bias, self._packed)\n"
+    return f'''\
+        bias = self.bias.detach().reshape(-1)
+        if self._vectors_for != (bias.data_ptr(), self.bias._version, x.dtype):  # the bias op's row of the epilogue
+            self._vectors = torch.zeros(({2 * len(chain)}, bias.numel()), device=x.device, dtype=x.dtype)
+            self._vectors[{2 * chain.index("bias") + 1}] = bias
+            self._vectors_for = (bias.data_ptr(), self.bias._version, x.dtype)
+        return conv2d_triton(x, w, self.conv1.bias, self._packed, self._vectors)
+'''
+
 def model_new(p: Any, forward_body: str) -> str:
     """ModelNew: the reference Model's nn.Conv2d, made first (so that it draws the same parameters after the same
     seed), and the forward body given. A problem with an epilogue is KernelBench's level 2 (level2_chain): the

@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from convtune.kernels.export_format import IMPORTS, epilogue_source, level2_chain, model_new, pinned_block, rounding_source, source_of
+from convtune.kernels.export_format import (IMPORTS, epilogue_source, launch_with_vectors, level2_chain, model_new,
+                                            pinned_block, rounding_source, source_of)
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key
 from convtune.kernels.identity import kernel_identity
@@ -332,7 +333,6 @@ def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
     from convtune.kernels.variants import implicit_gemm as ig
 
     chain = level2_chain(p)
-    bias_row = 2 * chain.index("bias") + 1 if "bias" in chain else None
     wrapper = pinned_block(m, precision, provenance, p) + (f"EPILOGUE = {code(chain)}  # {', '.join(chain)}: "
                                                            "apply_epilogue's ops, 4 bits each\n" if chain else
                                                            "EPILOGUE = 0\n") + f'''
@@ -362,16 +362,7 @@ def conv2d_triton(x, weight, bias, packed=None, vectors=None):
         key = (w.data_ptr(), w._version, vec)  # pad and round the weight again only when it changes
         if self._packed_for != key:
             self._packed, self._packed_for = pack_weight(w.detach(), PADDING[1], vec, ROUND), key
-''' + (f'''\
-        bias = self.bias.detach().reshape(-1)
-        if self._vectors_for != (bias.data_ptr(), self.bias._version, x.dtype):  # the bias op's row of the epilogue
-            self._vectors = torch.zeros(({2 * len(chain)}, bias.numel()), device=x.device, dtype=x.dtype)
-            self._vectors[{bias_row}] = bias
-            self._vectors_for = (bias.data_ptr(), self.bias._version, x.dtype)
-        return conv2d_triton(x, w, self.conv1.bias, self._packed, self._vectors)
-''' if bias_row is not None else '''\
-        return conv2d_triton(x, w, self.conv1.bias, self._packed)
-'''))
+''' + launch_with_vectors(p))
     return "\n\n".join((IMPORTS, rounding_source(), epilogue_source(), source_of(ig._conv2d_igemm_kernel),
                         source_of(ig.choose_vec, ig.row_window, ig.pack_weight))) + "\n" + wrapper
 
