@@ -354,4 +354,4 @@ def test_every_registered_variant_has_its_conf_and_every_conf_a_variant():
     lib = {n for n, v in VARIANTS.items() if v.library is not None}
     assert lib == set(VARIANTS) - {"seed"}  # the brief's baseline is measured, never pinned by the library
     assert {n for n, v in VARIANTS.items() if v.export is not None} == {"implicit_gemm", "fold_igemm", "fused_gluon",
-                                                                       "nhwc_igemm", "nhwc_preround"}
+                                                                       "nhwc_igemm", "nhwc_preround", "nhwc_tma"}

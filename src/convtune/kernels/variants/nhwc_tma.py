@@ -1,0 +1,301 @@
+"""`nhwc_tma`: the stride-1 implicit GEMM over channels_last tensors, both operands loaded by TMA.
+
+nhwc_igemm gathers each A tile with pointer loads (an address and a mask per row) and rounds it to TF32 in registers.
+At stride 1 the A tile of one tap needs neither: BLOCK_M consecutive output columns of one output row read BLOCK_M
+consecutive input columns of one input row, a box [1, 1, BLOCK_M, BLOCK_K] of the NHWC input at (image, oh + kh·DH
+- PH, ow0 + kw·DW - PW, channel block). TMA loads that box, and fills with zeros what lies outside the input (the
+padding, the columns past the row's end, the channels past C), so the K loop is two TMA loads and one MMA a step,
+pipelined num_stages deep, with A read by the MMA straight from shared memory. The input comes rounded to nearest
+TF32 (ties to even, cuDNN's rule at stride 1) from the channels_last copy, which an NCHW input needs anyway
+(layout.to_channels_last); the weight is rounded once, when packed.
+
+A tile is BLOCK_M columns of one output row: a row narrower than BLOCK_M leaves the rest of the tile idle (OW 126
+at BLOCK_M 128: 98 % used; OW 56: 44 %). The K loop runs over taps × channel blocks, as nhwc_igemm's; tiles are taken
+in groups of GROUP_M row tiles per column tile.
+
+What it takes (make_plan refuses the rest): stride 1, input channels whose rows are 16-byte aligned (C_in a multiple
+of 4 in float32, 8 in 16 bits: TMA's strides), precision tf32 in float32 or a 16-bit dtype, BLOCK_M up to 256 (a TMA
+box's side).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from convtune.errors import UnsupportedProblem
+from convtune.kernels import llvm_opt
+from convtune.kernels.base import KernelVariant, Knob, Space, log_uniform_int, plan_refuses, register
+from convtune.kernels.conv_args import ConvGeometry, out_size
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
+from convtune.kernels.identity import kernel_identity
+from convtune.kernels.layout import _nchw_to_nhwc_kernel, _round_tf32_kernel, to_channels_last
+from convtune.kernels.meta import Meta, safe_stages
+from convtune.kernels.nhwc_tiles import GROUP_M, TF32_TIES, pack_weight, packed_weight
+from convtune.kernels.precision import CVT_RN_TF32_CAPABILITY, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
+from convtune.kernels.selfcheck import agrees, check_epilogue
+from convtune.problem import EPILOGUE_OPS
+
+RESTRICTED_TO = ("stride 1, input channels a multiple of 4 in float32 (8 in 16 bits), precision tf32 or a 16-bit "
+                 "dtype, BLOCK_M up to 256")
+PRECISIONS = ("tf32",)  # float32's math it takes: the input and weight come rounded to TF32, the MMA takes them as they are
+DTYPES = ("float32", "bfloat16", "float16")
+COMPUTE_CAPABILITY = CVT_RN_TF32_CAPABILITY  # sm_90: TMA, and the input copy's cvt.rn.tf32
+SPACE = Space("nhwc_tma", (
+    Knob("BLOCK_M", (64, 128, 256), "output columns of one row a tile: one TMA box of the input"),
+    Knob("BLOCK_N", (64, 128, 256), "output channels a tile: one TMA box of the weight"),
+    Knob("BLOCK_K", (16, 32, 64), "input channels a K step"),
+))
+
+
+@triton.jit(do_not_specialize=["N"])  # one binary for every batch: the one-time check (batch 1) checks it
+def _conv2d_nhwc_tma_kernel(
+    x_desc, w_desc, b_ptr, y_ptr, e_ptr, r_ptr, N,  # x_desc: [N, H, W, C]; w_desc: the packed weight [C_OUT, K]
+    C: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, OUT_CL: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
+):
+    TW: tl.constexpr = (OW + BLOCK_M - 1) // BLOCK_M  # row tiles an output row
+    TILES_N: tl.constexpr = (C_OUT + BLOCK_N - 1) // BLOCK_N
+    pid = tl.program_id(0)
+    tiles_m = N * (OH * TW)
+    per_group = GROUP * TILES_N
+    first_m = (pid // per_group) * GROUP
+    group_rows = tl.minimum(tiles_m - first_m, GROUP)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+    row = pid_m // TW  # image · OH + output row
+    img = row // OH
+    oh = row % OH
+    ow0 = (pid_m % TW) * BLOCK_M
+
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(KH * KW * C_BLOCKS):  # pipelined num_stages deep
+        tap = t // C_BLOCKS
+        cb = (t % C_BLOCKS) * BLOCK_K
+        # zeros outside the input: the padding, columns past W, channels past C (whose weights are the next tap's)
+        a = x_desc.load([img, oh + (tap // KW) * DH - PH, ow0 + (tap % KW) * DW - PW, cb]).reshape(BLOCK_M, BLOCK_K)
+        b = w_desc.load([pid_n * BLOCK_N, tap * C + cb]).T
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    ow = ow0 + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < C_OUT
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if OUT_CL:  # channels_last: a position's channels are contiguous
+        y_offs = (row.to(tl.int64) * OW + ow)[:, None] * C_OUT + offs_n[None, :]
+    else:  # NCHW: a channel's positions are contiguous
+        y_offs = (img.to(tl.int64) * (C_OUT * OH * OW) + oh * OW + ow)[:, None] + offs_n[None, :] * (OH * OW)
+    y_mask = (ow < OW)[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:  # the residual is laid out as the output
+        acc = apply_epilogue(acc, e_ptr, r_ptr, offs_n, n_mask, y_offs, y_mask, C_OUT, EPILOGUE, y_ptr.dtype.element_ty)
+    tl.store(y_ptr + y_offs, acc, mask=y_mask)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs that depends only on shapes and configuration."""
+
+    grid: tuple[int]
+    out_shape: tuple[int, int, int, int]
+    rounds: bool  # float32 at tf32: the input and the weight rounded to nearest TF32 before the kernel
+    constexprs: dict
+    binary_key: tuple
+
+
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = True,
+              element_bytes: int = 4, chain: tuple[str, ...] = ()) -> LaunchPlan:
+    """The plan of a call whose tensors have `element_bytes` bytes an element, or UnsupportedProblem naming what
+    this kernel does not take (ConfigError for the configuration)."""
+    other = "; nhwc_igemm runs it"
+    if element_bytes == 4 and precision != "tf32":
+        raise UnsupportedProblem(f"nhwc_tma runs float32 at precision tf32 only (its MMA takes operands rounded "
+                                 f"before the kernel), got {precision!r}{other}")
+    if g.stride != (1, 1):
+        raise UnsupportedProblem(f"nhwc_tma takes stride 1 only (a tap's A tile is then one box of the input), got "
+                                 f"stride {list(g.stride)}{other}")
+    if (g.c * element_bytes) % 16:
+        raise UnsupportedProblem(f"nhwc_tma takes input channels whose rows are 16-byte aligned (TMA), a multiple of "
+                                 f"{16 // element_bytes}; got {g.c}{other}")
+    SPACE.check(meta)
+    if g.n * g.oh * triton.cdiv(g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N) >= 2**31 or \
+            g.n * g.c_out * g.oh * g.ow >= 2**31:
+        raise UnsupportedProblem(f"the output has {g.n * g.c_out * g.oh * g.ow} elements; int32 indexing allows "
+                                 f"< 2**31{other}")
+    k_steps = g.kh * g.kw * triton.cdiv(g.c, meta.BLOCK_K)
+    cx = dict(C=g.c, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, PH=g.padding[0], PW=g.padding[1],
+              DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias, PRECISION="tf32", OUT_CL=out_cl,
+              EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
+              num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
+    grid = (g.n * g.oh * triton.cdiv(g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
+    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), element_bytes == 4, cx, tuple(sorted(cx.items())))
+
+
+def kernel_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
+    """The input as the kernel reads it: channels_last-contiguous, rounded to nearest TF32 in float32 (in the copy an
+    NCHW input needs, or by a pass of its own: layout.to_channels_last), and 16-byte aligned (a TMA descriptor's
+    base: an input that is not is copied)."""
+    x = to_channels_last(x, round_to_nearest_tf32=plan.rounds)
+    return x if x.data_ptr() % 16 == 0 else x.clone(memory_format=torch.channels_last)
+
+
+def descriptors(x: torch.Tensor, wp: torch.Tensor, cx: dict) -> tuple[Any, Any]:
+    """TMA descriptors of the channels_last input as [N, H, W, C] (a box: one row's BLOCK_M columns) and of the packed
+    weight as [C_out, K]."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    nhwc = x.permute(0, 2, 3, 1)
+    return (TensorDescriptor.from_tensor(nhwc, [1, 1, cx["BLOCK_M"], cx["BLOCK_K"]]),
+            TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]]))
+
+
+_binaries = BoundLaunches("nhwc_tma", lambda: _conv2d_nhwc_tma_kernel, 7)
+
+
+def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (`x` channels_last-contiguous and rounded as kernel_input makes it,
+    `out` in the plan's layout). Returns the compiled kernel and the LLVM level it was compiled at."""
+    wp = packed_weight(weight, plan.rounds)
+    b = bias if bias is not None else out
+    e = epilogue.vectors if epilogue.vectors is not None else out
+    r = epilogue.residual_as(plan.constexprs["OUT_CL"]) if epilogue.residual is not None else out
+    xd, wd = descriptors(x, wp, plan.constexprs)
+    if x.device.type != "cuda":  # the interpreter compiles nothing
+        return _launch(plan, xd, wd, b, out, e, r, x.shape[0], "none"), "none"
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, wp, b, out, e, r), plan.grid,
+                         (xd, wd, b, out, e, r, x.shape[0]), plan.constexprs,
+                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out, epilogue),
+                         lambda lvl: _launch(plan, xd, wd, b, out, e, r, x.shape[0], lvl))
+
+
+def _launch(plan: LaunchPlan, xd: Any, wd: Any, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
+            r: torch.Tensor, n: int, level: str) -> Any:
+    cx = plan.constexprs
+    grid = (n * cx["OH"] * triton.cdiv(cx["OW"], cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
+    return _conv2d_nhwc_tma_kernel[grid](xd, wd, b, out, e, r, n, **cx, LLVM_OPT=level)
+
+
+def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
+    """Compile the binary at `level` and run it on one image (N is not specialised) against float64, with its
+    epilogue (kernels/llvm_opt.py: why)."""
+    cx = plan.constexprs
+    c, h, w = x.shape[1:]
+    t = one_image(x, weight, bias, out, (c, h, w), True, plan.out_shape[1:], cx["OUT_CL"], 20261122)
+    if plan.rounds:  # as the real input is: the kernel does not round it
+        t.x.copy_(round_to_tf32_even(t.x))
+    ep = check_epilogue(epilogue, t.out)
+    xd, wd = descriptors(t.x, pack_weight(t.weight, plan.rounds), cx)
+    with llvm_opt.compiling_at(level):
+        _launch(plan, xd, wd, t.bias if t.bias is not None else t.out, t.out,
+                ep.vectors if ep.vectors is not None else t.out, ep.residual if ep.residual is not None else t.out,
+                1, level)
+    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), "tf32", ep)
+
+
+def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
+          chain: tuple[str, ...] = ()) -> LaunchPlan:
+    return make_plan(g, has_bias, meta, precision, out_cl, x.element_size(), chain)
+
+
+HOST = Host(_plan, kernel_input, run, channels_last=True, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
+launch, prepared = HOST.launch, HOST.prepared
+
+
+def default_meta(out_channels: int, stride_w: int, width: int, precision: str = "tf32") -> Meta:
+    """128 columns by 128 channels, K steps of 32 channels, 4 warps, 4 stages: nhwc_igemm's best on KernelBench level
+    2 #1 (M128-N128-K32-w4-s4, H200); a 64-column tile where the output rows are no wider."""
+    return Meta(BLOCK_M=64 if width <= 64 else 128, BLOCK_N=128 if out_channels > 64 else 64, BLOCK_K=32,
+                num_warps=4, num_stages=4)
+
+
+def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
+    """verify's case draw: a case in nhwc_tma's family (make_plan): stride 1, input channels a multiple of 8 (either
+    dtype), kernels 1-7 with padding up to half of them and dilation 1-2, inputs of 1-60 rows by 1-300 columns (3-12
+    by 8-20 when small), batch 1-4; the default configuration or a random one."""
+    while True:
+        kh, kw = rng.randint(1, 7), rng.randint(1, 7)
+        ph, pw = rng.randint(0, kh // 2), rng.randint(0, kw // 2)
+        dh, dw = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
+        h = rng.randint(3, 12) if small else rng.randint(1, 60)
+        w = rng.randint(8, 20) if small else rng.randint(1, 300)
+        if out_size(h, kh, 1, ph, dh) >= 1 and out_size(w, kw, 1, pw, dw) >= 1:
+            break
+    c = 8 * (rng.randint(1, 3) if small else log_uniform_int(rng, 1, 32))
+    meta = None if rng.random() < 0.4 else dict(
+        BLOCK_M=64 if small else rng.choice([64, 128, 256]), BLOCK_N=64 if small else rng.choice([64, 128]),
+        BLOCK_K=rng.choice([16, 32]), num_warps=rng.choice([4, 8]), num_stages=rng.choice([2, 3, 4]))
+    return dict(n=rng.randint(1, 2) if small else rng.choice([1, 2, 3, 4]), c=c, h=h, w=w,
+                k=rng.randint(1, 40) if small else log_uniform_int(rng, 1, 256), kh=kh, kw=kw, stride=(1, 1),
+                padding=(ph, pw), dilation=(dh, dw), bias=rng.random() < 0.7, offset=rng.choice([0, 0, 1, 2, 3]),
+                init=rng.choice(["rand", "randn"]), meta=meta, seed=rng.randrange(2**31),
+                layout=rng.choice(["nchw", "channels_last"]))
+
+
+# KernelBench's one-file export at a pinned configuration (`python promote.py export=kernelbench`, kernels/nhwc_export):
+# this kernel's launch, bound after its first call
+EXPORT_LAUNCH = '''
+def conv2d_triton(x, weight, bias, packed=None, vectors=None):
+    """`packed`: pack_weight(weight), made here when not given; `vectors`: the epilogue's per-channel rows (EPILOGUE:
+    each op's scale and shift). Stride 1."""
+    n, c, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    oh = h + 2 * PADDING[0] - DILATION[0] * (kh - 1)
+    ow = w + 2 * PADDING[1] - DILATION[1] * (kw - 1)
+    x = to_channels_last(x)  # rounded to nearest TF32 in float32 (INPUT_ROUNDED): the MMA reads it from shared memory
+    out = torch.empty((n, c_out, oh, ow), device=x.device, dtype=x.dtype,
+                      memory_format=torch.channels_last if OUT_CL else torch.contiguous_format)
+    _, wd = packed if packed is not None else pack_weight(weight)
+    xd = TensorDescriptor.from_tensor(x.permute(0, 2, 3, 1), [1, 1, BLOCK_M, BLOCK_K])
+    b = bias if bias is not None else out
+    e = vectors if vectors is not None else out
+    key = (x.shape, x.dtype, c_out, kh, kw, bias is not None, x.device, b.data_ptr() % 16, out.data_ptr() % 16,
+           e.data_ptr() % 16)
+    bound = _launches.get(key)
+    if bound is not None:
+        bound(xd, wd, b, out, e, out, n)
+        return out
+    grid = (n * oh * triton.cdiv(ow, BLOCK_M) * triton.cdiv(c_out, BLOCK_N),)
+    constexprs = dict(C=c, C_OUT=c_out, OH=oh, OW=ow, KH=kh, KW=kw, PH=PADDING[0], PW=PADDING[1], DH=DILATION[0],
+                      DW=DILATION[1], HAS_BIAS=bias is not None, PRECISION="tf32", OUT_CL=OUT_CL, EPILOGUE=EPILOGUE,
+                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP=GROUP,
+                      LLVM_OPT="O3")  # Triton's own level: every size is a constexpr, so the judge's check covers it
+    k = _conv2d_nhwc_tma_kernel[grid](xd, wd, b, out, e, out, n, **constexprs, num_warps=NUM_WARPS,
+                                      num_stages=STAGES)
+    if hasattr(type(k), "__getitem__"):  # this Triton's compiled kernel gives its launcher: bind it
+        runner = k[grid + (1, 1)]
+        tail = tuple(constexprs[name] for name in _conv2d_nhwc_tma_kernel.arg_names[7:])
+        _launches[key] = lambda *args: runner(*args, *tail)
+    return out
+'''
+
+
+def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
+    from convtune.kernels import nhwc_export
+
+    return nhwc_export.render(p, m, precision, provenance, _conv2d_nhwc_tma_kernel, EXPORT_LAUNCH, True, True)
+
+
+# identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
+VERSION = 1
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_tma_kernel, round_tf32_even_bits, round_tf32_even_ptx,
+                                        _nchw_to_nhwc_kernel, _round_tf32_kernel])
+
+
+register(KernelVariant(
+    name="nhwc_tma", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
+    source_hash=SOURCE_HASH, tf32_ties=TF32_TIES, entry_points=("_conv2d_nhwc_tma_kernel",),
+    restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS, space=SPACE,
+    compute_capability=COMPUTE_CAPABILITY, export=render_kernelbench, refuses=plan_refuses(make_plan)))
