@@ -309,6 +309,29 @@ def test_the_copy_that_rounds_gives_the_host_roundings_bits_in_channels_last(sha
             assert got.stride() == laid_out.stride()
 
 
+def test_a_16_bit_nchw_input_takes_our_copy_bit_for_bit_and_is_never_rounded(monkeypatch):
+    """float16 (the interpreter's 16-bit dtype; bfloat16 on the GPU: tests/gpu_scripts/layout_copy.py) goes through our
+    copy, with its dtype in the bound launch's key; asking to round a 16-bit tensor to TF32 is an error."""
+    from convtune.kernels import layout
+    from convtune.kernels.layout import to_channels_last
+
+    kernel, launched = layout._nchw_to_nhwc_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(x, *args, **kwargs):
+                launched.append(x.dtype)
+                return kernel[grid](x, *args, **kwargs)
+            return launch
+    monkeypatch.setattr(layout, "_nchw_to_nhwc_kernel", Spy())
+    x = torch.randn(2, 70, 9, 11, generator=torch.Generator().manual_seed(3)).half()
+    y = to_channels_last(x)
+    want = x.contiguous(memory_format=torch.channels_last)
+    assert launched == [torch.float16] and y.dtype is torch.float16
+    assert torch.equal(y.view(torch.int16), want.view(torch.int16)) and y.stride() == want.stride()
+    with pytest.raises(ValueError, match="rounding to TF32 takes a float32 tensor, got torch.float16"):
+        to_channels_last(x, round_to_nearest_tf32=True)
+
 def test_our_copy_leaves_few_channels_other_dtypes_and_layouts_to_torch(monkeypatch):
     from convtune.kernels import layout
     from convtune.kernels.layout import to_channels_last

@@ -1,6 +1,7 @@
 """GPU check of kernels.layout.to_channels_last (the NCHW → channels_last copy nhwc_igemm's callers use): on
 random shapes, tile sizes and input offsets (so that 16-byte alignment varies), the copy equals torch's bit for
-bit, with torch's strides; and the copy that rounds to nearest TF32 (nhwc_preround's) equals the host rounding of
+bit, with torch's strides, in float32, bfloat16 and float16 (each dtype its own binary, one after another on the same
+shape); and the copy that rounds to nearest TF32 (nhwc_preround's) equals the host rounding of
 torch's copy bit for bit. Prints the counts and 'ok'; any difference raises."""
 
 import random
@@ -21,12 +22,15 @@ for i in range(CASES):
     flat = torch.randn(offset + n * c * h * w, device="cuda")
     x = flat[offset:].view(n, c, h, w)
     tile = tiles[i % len(tiles)] if i % 5 else (64, 64, 4)
-    y = to_channels_last(x, *tile)
-    want = x.contiguous(memory_format=torch.channels_last)
-    if not (torch.equal(y, want) and y.stride() == want.stride()):
-        bad.append(f"n={n} c={c} h={h} w={w} offset={offset} tile={tile}")
+    for xd in (x, x.bfloat16(), x.half()):  # the 16-bit copies compared by their bits
+        y = to_channels_last(xd, *tile)
+        want = xd.contiguous(memory_format=torch.channels_last)
+        if not (torch.equal(y.view(torch.int16) if xd.element_size() == 2 else y, want.view(torch.int16)
+                            if xd.element_size() == 2 else want) and y.stride() == want.stride()):
+            bad.append(f"n={n} c={c} h={h} w={w} offset={offset} tile={tile} {xd.dtype}")
     r = to_channels_last(x, *tile, round_to_nearest_tf32=True)
-    want_r = round_to_tf32_even(want).contiguous(memory_format=torch.channels_last)
+    want_r = round_to_tf32_even(x.contiguous(memory_format=torch.channels_last)).contiguous(
+        memory_format=torch.channels_last)
     if not (torch.equal(r.view(torch.int32), want_r.view(torch.int32)) and r.stride() == want_r.stride()):
         bad_rounded.append(f"n={n} c={c} h={h} w={w} offset={offset} tile={tile}")
 big = torch.randn(256, 96, 55, 55, device="cuda")  # an L1 #50-sized output: the 2**31 guard is not near

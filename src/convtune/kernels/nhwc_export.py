@@ -62,10 +62,10 @@ def pack_weight(weight):
 
 def to_channels_last(x):
     """x channels_last-contiguous and 16-byte aligned, rounded to nearest TF32 where INPUT_ROUNDED: layout's tiled
-    copy for an NCHW float32 input with {layout.MIN_CHANNELS} channels or more, torch's otherwise."""
+    copy for an NCHW input with {layout.MIN_CHANNELS} channels or more, torch's otherwise."""
     n, c, h, w = x.shape
-    if x.dtype is not torch.float32 or c < {layout.MIN_CHANNELS} or not x.is_contiguous() or \\
-            x.is_contiguous(memory_format=torch.channels_last):
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16) or c < {layout.MIN_CHANNELS} or \\
+            not x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last):
         y = x.contiguous(memory_format=torch.channels_last)
         y = round_even(y) if INPUT_ROUNDED else y
         return y if y.data_ptr() % 16 == 0 else y.clone(memory_format=torch.channels_last)
