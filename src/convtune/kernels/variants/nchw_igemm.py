@@ -46,7 +46,9 @@ from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
 from convtune.kernels.nhwc_tiles import pack_weight, packed_weight, tma_fits, weight_arg  # its weight operand
 from convtune.kernels.precision import CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx
-from convtune.kernels.selfcheck import agrees
+from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
+from convtune.kernels.selfcheck import agrees, check_epilogue
+from convtune.problem import EPILOGUE_OPS
 
 RESTRICTED_TO = "precision tf32, stride 1, an output as wide as the input, up to 65535 images"
 TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py)
@@ -62,10 +64,12 @@ SPACE = Space("nchw_igemm", (
 
 @triton.jit
 def _conv2d_nchw_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr,  # w_ptr: a TMA descriptor of the packed weight as [C_OUT, K] (W_TMA), or the weight
+    x_ptr, w_ptr, b_ptr, y_ptr, e_ptr, r_ptr,  # w_ptr: a TMA descriptor of the packed weight as [C_OUT, K] (W_TMA),
+    #                                            or the weight
     C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr,
     KH: tl.constexpr, KW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
     HAS_BIAS: tl.constexpr, OUT_CL: tl.constexpr, W_TMA: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
 ):
@@ -109,7 +113,10 @@ def _conv2d_nchw_kernel(
         y_offs = (n.to(tl.int64) * OHW + p)[:, None] * C_OUT + offs_n[None, :]
     else:  # NCHW: a channel's positions are contiguous
         y_offs = n.to(tl.int64) * (C_OUT * OHW) + p[:, None] + offs_n[None, :] * OHW
-    tl.store(y_ptr + y_offs, acc, mask=m_mask[:, None] & n_mask[None, :])
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    if EPILOGUE != 0:  # the residual is laid out as the output
+        acc = apply_epilogue(acc, e_ptr, r_ptr, offs_n, n_mask, y_offs, y_mask, C_OUT, EPILOGUE, y_ptr.dtype.element_ty)
+    tl.store(y_ptr + y_offs, acc, mask=y_mask)
 
 
 @dataclass(frozen=True)
@@ -130,9 +137,10 @@ def check_meta(meta: Meta) -> None:
         raise ConfigError("num_stages", meta.num_stages, "an integer >= 1")
 
 
-def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False) -> LaunchPlan:
+def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool = False,
+              chain: tuple[str, ...] = ()) -> LaunchPlan:
     """The plan of a call, or UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not
-    take and what runs it instead."""
+    take and what runs it instead. `chain`: the epilogue it fuses (kernels/epilogue.py)."""
     other = "; nhwc_igemm and implicit_gemm run any convolution"
     if precision != "tf32":
         raise UnsupportedProblem(f"nchw_igemm runs precision tf32 only (it rounds the input to TF32 as cuDNN does), got "
@@ -149,7 +157,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     check_meta(meta)
     cx = dict(C=g.c, H=g.h, W=g.w, C_OUT=g.c_out, OH=g.oh, KH=g.kh, KW=g.kw, PH=g.padding[0], PW=g.padding[1],
               DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias, OUT_CL=out_cl, W_TMA=tma_fits(g.c),
-              BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
+              EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, num_warps=meta.num_warps,
               num_stages=meta.num_stages)
     grid = (triton.cdiv(g.oh * g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N), g.n)
     return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), out_cl, cx, tuple(sorted(cx.items())))
@@ -161,40 +169,45 @@ def readable_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 
 
 def _launch(cx: dict, grid: tuple[int, int], x: torch.Tensor, wp: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-            level: str) -> Any:
-    return _conv2d_nchw_kernel[grid](x, weight_arg(cx, wp), b, out, **cx, LLVM_OPT=level)
+            e: torch.Tensor, r: torch.Tensor, level: str) -> Any:
+    return _conv2d_nchw_kernel[grid](x, weight_arg(cx, wp), b, out, e, r, **cx, LLVM_OPT=level)
 
 
-_binaries = BoundLaunches("nchw_igemm", lambda: _conv2d_nchw_kernel, 4)
+_binaries = BoundLaunches("nchw_igemm", lambda: _conv2d_nchw_kernel, 6)
 
 
 def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-        out: torch.Tensor) -> tuple[Any, str]:
-    """Launch a plan on tensors that match it (`x` NCHW-contiguous, `out` in the plan's layout). Returns the compiled
-    kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
+        out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> tuple[Any, str]:
+    """Launch a plan on tensors that match it (`x` NCHW-contiguous, `out` in the plan's layout, `epilogue` the plan's
+    chain). Returns the compiled kernel and the LLVM level it was compiled at (kernels/llvm_opt)."""
     wp = packed_weight(weight, True)
     b = bias if bias is not None else out  # not read without a bias (HAS_BIAS)
+    e = epilogue.vectors if epilogue.vectors is not None else out  # not read without a chain that uses them
+    r = epilogue.residual_as(plan.out_cl) if epilogue.residual is not None else out
     cx = plan.constexprs
     if x.device.type != "cuda":  # the interpreter compiles nothing
-        return _launch(cx, plan.grid, x, wp, b, out, "none"), "none"
-    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out), plan.grid, (x, weight_arg(cx, wp), b, out),
-                         cx, lambda lvl: _right_at(lvl, plan, x, weight, bias, out),
-                         lambda lvl: _launch(cx, plan.grid, x, wp, b, out, lvl))
+        return _launch(cx, plan.grid, x, wp, b, out, e, r, "none"), "none"
+    return _binaries.run(alignment_key(plan.binary_key, x.device, x, b, out, e, r), plan.grid,
+                         (x, weight_arg(cx, wp), b, out, e, r), cx,
+                         lambda lvl: _right_at(lvl, plan, x, weight, bias, out, epilogue),
+                         lambda lvl: _launch(cx, plan.grid, x, wp, b, out, e, r, lvl))
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-              out: torch.Tensor) -> bool:
+              out: torch.Tensor, epilogue: Epilogue = NO_EPILOGUE) -> bool:
     """Compile the binary at `level` and run it on one image (the batch is the grid's, not the binary's) against
-    float64 (kernels/llvm_opt.py: why)."""
+    float64, with its epilogue (kernels/llvm_opt.py: why)."""
     cx = plan.constexprs
     t = one_image(x, weight, bias, out, (cx["C"], cx["H"], cx["W"]), False, plan.out_shape[1:], plan.out_cl, 20261124)
+    ep = check_epilogue(epilogue, t.out)
     with llvm_opt.compiling_at(level):
         _launch(cx, (plan.grid[0], 1), t.x, pack_weight(t.weight, True), t.bias if t.bias is not None else t.out,
-                t.out, level)
-    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), "tf32")
+                t.out, ep.vectors if ep.vectors is not None else t.out,
+                ep.residual if ep.residual is not None else t.out, level)
+    return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), "tf32", ep)
 
 
-HOST = Host(without_input(make_plan), readable_input, run)
+HOST = Host(without_input(make_plan), readable_input, run, epilogues=EPILOGUE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 
@@ -212,7 +225,8 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
 SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx])
-PREVIOUS_SOURCE_HASHES = ("60e27b4908ec",)
+# c2e32119a708: the same kernel before it took an epilogue (a binary without one computes as it did)
+PREVIOUS_SOURCE_HASHES = ("60e27b4908ec", "c2e32119a708")
 
 
 
