@@ -233,16 +233,16 @@ def test_export_writes_a_self_contained_kernelbench_file(capsys, tmp_path, store
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-# An nhwc export of a level-2 problem (16 channels, stride 1, then ReLU and the Model's bias) run in a fresh interpreter
-# process: on the CPU ModelNew runs the Model's ops; conv2d_triton, from either input layout, must equal the exact
-# chain on operands rounded to nearest TF32 with ties to even (the nhwc kernels' rule): a kernel that took its operands
-# unrounded would miss by ~5e-4 over these 400 products
+# An nhwc export of a level-2 problem (16 channels, a 3x3 kernel at stride 1, then ReLU and the Model's bias) run in a
+# fresh interpreter process: on the CPU ModelNew runs the Model's ops; conv2d_triton, from either input layout, must
+# equal the exact chain on operands rounded to nearest TF32 with ties to even (the nhwc kernels' rule): a kernel that
+# took its operands unrounded missed by 2.3e-4 over these 144 products
 NHWC_FILE_CHECK = (
     "import importlib.util, sys, torch, torch.nn.functional as F\n"
     "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
     "spec.loader.exec_module(m)\n"
-    "torch.manual_seed(0); model = m.ModelNew(16, 20, 5, (20, 1, 1))\n"
-    "torch.manual_seed(0); conv = torch.nn.Conv2d(16, 20, 5, padding=(2, 1)); bias = torch.randn(20, 1, 1)\n"
+    "torch.manual_seed(0); model = m.ModelNew(16, 20, 3, (20, 1, 1))\n"
+    "torch.manual_seed(0); conv = torch.nn.Conv2d(16, 20, 3, padding=(2, 1)); bias = torch.randn(20, 1, 1)\n"
     "x = torch.rand(2, 16, 19, 17)\n"
     "torch.testing.assert_close(model(x), torch.relu(conv(x)) + bias)\n"
     "r = lambda t: ((t.detach().view(torch.int32) + 0xFFF + ((t.detach().view(torch.int32) >> 13) & 1)) & -8192)"
@@ -261,7 +261,8 @@ NHWC_FILE_CHECK = (
 def test_export_of_an_nhwc_kernel_writes_a_level2_file_that_computes_the_chain(capsys, tmp_path, store, pins_file,
                                                                                  kernel, rounded, stages):
     out = tmp_path / "model_new.py"
-    assert run_export(compose("problem=tiny", "problem.in_channels=16", "problem.stride=[1,1]",
+    assert run_export(compose("problem=tiny", "problem.in_channels=16", "problem.stride=[1,1]", "problem.kernel_h=3",
+                              "problem.kernel_w=3",
                               "problem.epilogue=[relu,bias]", f"tracking.uri={store}", f"pins_file={pins_file}",
                               "export=kernelbench", f"kernel={kernel}", f"export_path={out}")) == 0
     assert f"tiny, {kernel} " in capsys.readouterr().out
