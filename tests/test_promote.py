@@ -257,7 +257,7 @@ NHWC_FILE_CHECK = (
 
 @pytest.mark.parametrize("kernel,rounded,stages", [("nhwc_igemm", "INPUT_ROUNDED = False", 3),
                                                    ("nhwc_preround", "INPUT_ROUNDED = True", 3),
-                                                   ("nhwc_tma", "INPUT_ROUNDED = True", 4)])
+                                                   ("nhwc_tma", "INPUT_ROUNDED = True", 3)])
 def test_export_of_an_nhwc_kernel_writes_a_level2_file_that_computes_the_chain(capsys, tmp_path, store, pins_file,
                                                                                  kernel, rounded, stages):
     out = tmp_path / "model_new.py"
