@@ -141,3 +141,19 @@ def own_pins(tmp_path, monkeypatch):
     monkeypatch.delenv(dispatch.TUNE_ENV, raising=False)
     monkeypatch.delenv(dispatch.UNPINNED_ENV, raising=False)
     return f
+
+
+def compiled_for_sm90(script: str) -> list:
+    """What `script` (Python that compiles with the installed Triton for a named target and prints a JSON list last)
+    prints, run in a process without TRITON_INTERPRET (under it a @triton.jit kernel is the interpreter's and compiles
+    nothing); skipped where this Triton ships no ptxas. No GPU needed."""
+    import json
+
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton ships no ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = preloaded.run([sys.executable, "-c", script], env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -4,10 +4,6 @@ inputs it must copy first), its TF32 rounding ties broken to even in the kernel,
 installed Triton (TMA copies and a register-A wgmma, no GPU needed), and its place in the library, verify and the
 pins. GPU-only behaviour: tests/gpu_scripts/nchw_1x1.py and `python -m convtune.commands.verify --variants nchw_1x1`."""
 
-import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +17,7 @@ from convtune import pins
 from convtune.kernels.variants import nchw_1x1 as pw
 from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
-from tests import preloaded
+from tests.conftest import compiled_for_sm90
 
 META = Meta(64, 16, 16, 4, 2)
 
@@ -150,13 +146,7 @@ def test_the_source_compiles_for_sm90_to_tma_copies_and_a_register_a_wgmma_with_
     by TMA into shared memory, and the MMA (TTGIR warp_group_dot) takes the rounded tile as a register operand
     (dot_op opIdx 0); where H·W is not a multiple of 4, no TMA. Compiled by the installed Triton and its ptxas for
     sm_90 in a subprocess without the interpreter; no GPU needed."""
-    triton = pytest.importorskip("triton")
-    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
-        pytest.skip("this Triton ships no ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = preloaded.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    found = json.loads(r.stdout.strip().splitlines()[-1])
+    found = compiled_for_sm90(_COMPILE_FOR_SM90)
     assert [(f["x_tma"], f["tma"]) for f in found] == [(True, True), (False, False)]
     for f in found:
         assert f["dots"] and all("#ttg.dot_op<{opIdx = 0" in line for line in f["dots"]), f["dots"]

@@ -5,10 +5,6 @@ ties broken to even in the kernel, its source compiled for sm_90 by the installe
 needed), and its place in the library, verify and the pins. GPU-only behaviour: tests/gpu_scripts/nchw_igemm.py and
 `python -m convtune.commands.verify --variants nchw_igemm`."""
 
-import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +18,7 @@ from convtune import pins
 from convtune.kernels.variants import nchw_igemm as ni
 from convtune.kernels.conv_args import geometry
 from convtune.kernels.precision import round_to_tf32_even
-from tests import preloaded
+from tests.conftest import compiled_for_sm90
 
 META = Meta(64, 16, 16, 4, 2)
 OTHER = "; nhwc_igemm and implicit_gemm run any convolution"
@@ -142,13 +138,7 @@ def test_the_source_compiles_for_sm90_to_a_register_a_wgmma_with_the_installed_t
     warp_group_dot) takes the rounded input tile as a register operand (dot_op opIdx 0), the weight tiles come by TMA
     where C_in % 4 == 0 and not elsewhere. Compiled by the installed Triton and its ptxas for sm_90 in a subprocess
     without the interpreter; no GPU needed."""
-    triton = pytest.importorskip("triton")
-    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
-        pytest.skip("this Triton ships no ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = preloaded.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    found = json.loads(r.stdout.strip().splitlines()[-1])
+    found = compiled_for_sm90(_COMPILE_FOR_SM90)
     assert [(f["w_tma"], f["tma"]) for f in found] == [(True, True), (False, False)]
     for f in found:
         assert f["dots"] and all("#ttg.dot_op<{opIdx = 0" in line for line in f["dots"]), f["dots"]

@@ -4,10 +4,6 @@ input and output layouts, an input off 16-byte alignment, a fused chain), its so
 installed Triton (both operands by TMA, A read by the MMA from shared memory), and verify's cases. GPU-only
 behaviour: `python -m convtune.commands.verify --variants nhwc_tma`."""
 
-import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +15,7 @@ from convtune.kernels.conv_args import geometry
 from convtune.kernels.epilogue import Epilogue, torch_chain
 from convtune.kernels.precision import round_to_tf32_even
 from convtune.kernels.variants import nhwc_tma as tma
-from tests import preloaded
+from tests.conftest import compiled_for_sm90
 
 META = Meta(64, 64, 16, 4, 2)
 
@@ -125,13 +121,7 @@ def test_the_source_compiles_for_sm90_to_tma_copies_of_both_operands_and_an_mma_
     by TMA, and the MMA (TTGIR warp_group_dot) takes A as a shared-memory descriptor, never through registers
     (rounding it in the kernel, or a tile of two output rows reshaped, would load it into registers). Compiled by the
     installed Triton for sm_90 in a subprocess without the interpreter; no GPU needed."""
-    triton = pytest.importorskip("triton")
-    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
-        pytest.skip("this Triton ships no ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = preloaded.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for f in json.loads(r.stdout.strip().splitlines()[-1]):
+    for f in compiled_for_sm90(_COMPILE_FOR_SM90):
         assert f["tma"] >= 2 and f["local_load"] == 0, f
         assert f["dots"] and all(line.split("} : ")[1].startswith("!ttg.memdesc") for line in f["dots"]), f["dots"]
 

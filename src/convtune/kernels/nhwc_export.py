@@ -19,20 +19,18 @@ from convtune.kernels.nhwc_tiles import GROUP_M, tma_fits
 
 
 def render(p: Any, m: dict, precision: str, provenance: str, kernel: Any, launch: str, input_rounded: bool,
-           weight_tma: bool) -> str:
+           capability: tuple[int, int]) -> str:
     """The file: `kernel` (a jit function) launched by `launch` (the source of conv2d_triton(x, weight, bias,
     packed=None, vectors=None), which reads the names the header defines). `input_rounded`: the kernel takes its
-    input rounded to nearest TF32 where the precision rounds; `weight_tma`: it takes the weight as a TMA descriptor
-    where the rows allow one."""
+    input rounded to nearest TF32 where the precision rounds; `capability`: the compute capability the variant
+    declares (KernelVariant.compute_capability), below which the file runs the Model's own ops."""
     chain = level2_chain(p) if p.epilogue else ()
     rounds = prec.rounds_operands(prec.kernel_precision(precision, p.dtype))
     k_steps = p.kernel_h * p.kernel_w * -(-p.in_channels // m["BLOCK_K"])
-    w_tma = weight_tma and tma_fits(p.in_channels, 4 if p.dtype == "float32" else 2)
-    # where the rounding is cvt.rn.tf32's (sm_90), an older GPU runs the Model's own ops
+    w_tma = tma_fits(p.in_channels, 4 if p.dtype == "float32" else 2)
     fallback = ("            x = self.conv1(x)\n" + chain_in_torch(p, "            ") + "            return x\n" if chain
                 else "            return self.conv1(x)\n")
-    fallback = (f"        if torch.cuda.get_device_capability(x.device) < {prec.CVT_RN_TF32_CAPABILITY}:\n{fallback}"
-                if rounds else "")
+    fallback = f"        if torch.cuda.get_device_capability(x.device) < {tuple(capability)}:\n{fallback}"
     header = pinned_block(m, precision, provenance, p) + f'''\
 EPILOGUE = {code(chain)}  # {', '.join(chain) or 'none'}: apply_epilogue's ops, 4 bits each
 # the input rounded to nearest TF32 as it is copied to channels_last (the kernel then takes its tiles as they are),

@@ -258,7 +258,8 @@ def _render(preround: bool) -> Any:
     def render(p: Any, m: dict, precision: str, provenance: str) -> str:
         from convtune.kernels import nhwc_export
 
-        return nhwc_export.render(p, m, precision, provenance, _conv2d_nhwc_kernel, EXPORT_LAUNCH, preround, True)
+        return nhwc_export.render(p, m, precision, provenance, _conv2d_nhwc_kernel, EXPORT_LAUNCH, preround,
+                                  CVT_RN_TF32_CAPABILITY)
     return render
 
 

@@ -129,8 +129,7 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
         raise UnsupportedProblem(f"nhwc_tma takes input channels whose rows are 16-byte aligned (TMA), a multiple of "
                                  f"{16 // element_bytes}; got {g.c}{other}")
     SPACE.check(meta)
-    if g.n * g.oh * triton.cdiv(g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N) >= 2**31 or \
-            g.n * g.c_out * g.oh * g.ow >= 2**31:
+    if g.n * g.c_out * g.oh * g.ow >= 2**31:  # the grid, fewer programs than elements, then fits its axis too
         raise UnsupportedProblem(f"the output has {g.n * g.c_out * g.oh * g.ow} elements; int32 indexing allows "
                                  f"< 2**31{other}")
     k_steps = g.kh * g.kw * triton.cdiv(g.c, meta.BLOCK_K)
@@ -138,8 +137,12 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
               DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias, PRECISION="tf32", OUT_CL=out_cl,
               EPILOGUE=code(chain), BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
               num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
-    grid = (g.n * g.oh * triton.cdiv(g.ow, meta.BLOCK_M) * triton.cdiv(g.c_out, meta.BLOCK_N),)
-    return LaunchPlan(grid, (g.n, g.c_out, g.oh, g.ow), element_bytes == 4, cx, tuple(sorted(cx.items())))
+    return LaunchPlan(_grid(cx, g.n), (g.n, g.c_out, g.oh, g.ow), element_bytes == 4, cx, tuple(sorted(cx.items())))
+
+
+def _grid(cx: dict, n: int) -> tuple[int]:
+    """One program a tile: n images × OH rows × the row's column tiles × the channel tiles."""
+    return (n * cx["OH"] * triton.cdiv(cx["OW"], cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
 
 
 def kernel_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
@@ -182,9 +185,8 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
 
 def _launch(plan: LaunchPlan, xd: Any, wd: Any, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
             r: torch.Tensor, n: int, level: str) -> Any:
-    cx = plan.constexprs
-    grid = (n * cx["OH"] * triton.cdiv(cx["OW"], cx["BLOCK_M"]) * triton.cdiv(cx["C_OUT"], cx["BLOCK_N"]),)
-    return _conv2d_nhwc_tma_kernel[grid](xd, wd, b, out, e, r, n, **cx, LLVM_OPT=level)
+    return _conv2d_nhwc_tma_kernel[_grid(plan.constexprs, n)](xd, wd, b, out, e, r, n, **plan.constexprs,
+                                                               LLVM_OPT=level)
 
 
 def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -286,7 +288,8 @@ def conv2d_triton(x, weight, bias, packed=None, vectors=None):
 def render_kernelbench(p: Any, m: dict, precision: str, provenance: str) -> str:
     from convtune.kernels import nhwc_export
 
-    return nhwc_export.render(p, m, precision, provenance, _conv2d_nhwc_tma_kernel, EXPORT_LAUNCH, True, True)
+    return nhwc_export.render(p, m, precision, provenance, _conv2d_nhwc_tma_kernel, EXPORT_LAUNCH, True,
+                              COMPUTE_CAPABILITY)
 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
