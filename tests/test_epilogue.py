@@ -19,8 +19,9 @@ from tests.conftest import compose
 
 FUSING = sorted(n for n, v in VARIANTS.items() if v.epilogues and v.interpreted)
 F16, F32 = torch.float16, torch.float32
-# each op alone, in one dtype or the other (verify on a GPU runs every op in every dtype), and chains
-CASES = [((op,), (F32, F16)[i % 2]) for i, op in enumerate(EPILOGUE_OPS)] + [
+# each op alone, in one dtype or the other (verify on a GPU runs every op in every dtype), and chains; scale runs bn's
+# branch (its code is bn's: the first test), and reaches a kernel in nhwc_tma's bn_train chain (tests/test_nhwc_tma.py)
+CASES = [((op,), (F32, F16)[i % 2]) for i, op in enumerate(EPILOGUE_OPS) if op != "scale"] + [
     (("bn", "add", "relu"), F32), (("bn", "add", "relu"), F16), (("relu", "bias"), F32),
     (("bn", "silu", "add", "gelu"), F16), (("bias", "bn", "leaky_relu", "hardswish", "relu6", "add"), F32)]
 
@@ -35,6 +36,25 @@ def test_the_epilogue_key_reads_a_list_or_a_comma_separated_string_and_refuses_w
     with pytest.raises(ConfigError, match="at most 6 ops"):
         parse_epilogue(["relu"] * 7)
     assert code(("bn", "add", "relu")) == 2 | 9 << 4 | 3 << 8  # 4 bits an op, in order
+    # bn_train normalizes the convolution's output: first only; it and scale run bn's branch
+    with pytest.raises(ConfigError, match="`bn_train` first only"):
+        parse_epilogue("relu,bn_train")
+    assert code(("bn_train", "scale", "relu")) == 2 | 2 << 4 | 3 << 8
+
+
+def test_a_training_batch_norm_is_refused_in_16_bits_and_verify_never_draws_one_there():
+    from convtune.commands.verify_cases import make_cases
+
+    shape = dict(name="x", batch=2, in_channels=8, height=8, width=8, out_channels=4, kernel_h=3, kernel_w=3,
+                 epilogue=["bn_train", "scale"])
+    assert ConvProblem.from_mapping(shape).epilogue == ("bn_train", "scale")
+    with pytest.raises(UnsupportedProblem, match=r"bn_train in bfloat16 is not judgeable: a batch norm with the batch's"):
+        ConvProblem.from_mapping({**shape, "dtype": "bfloat16"})
+    fusing = [n for n, v in VARIANTS.items() if v.fuses(("bn_train",))]
+    cases = make_cases(fusing, ["tf32"], 1, 0, True, ("float32", "bfloat16", "float16"), fused=40)
+    drawn = {(c.dtype, "bn_train" in c.epilogue) for c in cases if c.epilogue}
+    assert ("float32", True) in drawn and not {d for d, bn in drawn if bn} - {"float32"}
+    assert all(c.epilogue.index("bn_train") == 0 for c in cases if "bn_train" in c.epilogue)
 
 
 def test_a_fused_problem_has_its_own_key_and_bytes_and_one_without_keeps_the_key_it_had():
@@ -281,3 +301,23 @@ def test_a_pins_key_may_name_an_epilogue_of_known_ops_only(tmp_path):
     for wrong in (key.replace("bn.add.relu", "bn.tanh"), key.replace("-then-", "-then")):
         with pytest.raises(pins.PinsError, match="is not a problem key"):
             pins.write_pin(f, "interpreter", "implicit_gemm", wrong, pin, {"rule": "test"})
+
+
+def test_the_export_checks_reference_model_runs_a_training_batch_norm_and_the_scaling_factor():
+    """measure/kbcheck's level-2 Model for #73's chain: conv, nn.BatchNorm2d in training mode, × scaling_factor."""
+    from convtune.measure.kbcheck import SCALING_FACTOR, _Reference
+
+    p = ConvProblem.from_mapping(dict(name="x", batch=2, in_channels=8, height=8, width=9, out_channels=4,
+                                      kernel_h=3, kernel_w=3, epilogue=["bn_train", "scale"]))
+    torch.manual_seed(0)
+    ref = _Reference(p)
+    with torch.no_grad():
+        ref.bn.weight.uniform_(0.5, 1.5)
+        ref.bn.bias.uniform_(-0.5, 0.5)
+    x = torch.rand(p.input_shape)
+    y = ref.conv(x)
+    want = (y - y.mean(dim=(0, 2, 3), keepdim=True)) / torch.sqrt(y.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
+                                                                    + 1e-5)
+    want = (want * ref.bn.weight.view(1, -1, 1, 1) + ref.bn.bias.view(1, -1, 1, 1)) * SCALING_FACTOR
+    torch.testing.assert_close(ref(x), want, rtol=1e-5, atol=1e-5)
+    assert SCALING_FACTOR == 2.0 and ref.training and int(ref.bn.num_batches_tracked) == 1

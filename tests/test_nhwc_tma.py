@@ -38,9 +38,11 @@ def test_what_it_does_not_take_is_refused_naming_the_limit_and_the_kernel_that_r
     assert str(e.value) == message
 
 
-def test_float32_runs_at_tf32_only_and_its_space_is_its_boxes():
-    with pytest.raises(UnsupportedProblem, match="nhwc_tma runs float32 at precision tf32 only"):
+def test_float32_runs_at_tf32_or_tf32x3_only_and_its_space_is_its_boxes():
+    with pytest.raises(UnsupportedProblem, match="nhwc_tma runs float32 at precision tf32 or tf32x3 only"):
         tma.make_plan(_geometry(), False, META, "ieee")
+    split = tma.make_plan(_geometry(), False, META, "tf32x3")  # nothing rounded: the dot splits the operands
+    assert split.constexprs["PRECISION"] == "tf32x3" and not split.rounds
     with pytest.raises(ConfigError, match="BLOCK_M"):
         tma.make_plan(_geometry(), False, Meta(32, 64, 16, 4, 2), "tf32")
     plan = tma.make_plan(_geometry(x=(3, 16, 10, 130), w=(200, 16, 3, 3)), True, Meta(128, 128, 32, 4, 3), "tf32")
@@ -56,6 +58,8 @@ def _rule(x, w, b, padding, dilation):
 @pytest.mark.parametrize("n, c, k, h, w, kernel, padding, dilation, layout, out_cl", [
     (2, 16, 20, 9, 70, (3, 3), (1, 1), (1, 1), "nchw", False),          # two tiles a row, the second part-empty
     (1, 24, 9, 5, 7, (3, 5), (1, 2), (2, 1), "channels_last", True),    # 24 channels: a block of 16 past C_in
+    (2, 8, 5, 6, 40, (3, 3), (1, 0), (1, 1), "offset", False),          # 8 channels: the row-window view, K 24
+    (1, 4, 6, 7, 70, (2, 5), (0, 0), (2, 1), "nchw", True),             # 4 channels, K 20: two windows of 16
     (2, 8, 5, 4, 6, (1, 1), (0, 0), (1, 1), "offset", False),           # a channels_last view 16 bytes off + 4
     (1, 16, 3, 3, 3, (3, 3), (2, 2), (1, 1), "nchw", True),             # padding wider than the image's edge
 ])
@@ -77,7 +81,13 @@ def test_its_output_in_the_interpreter_is_cudnns_rule_at_stride_1(n, c, k, h, w,
     out = out.contiguous(memory_format=torch.channels_last) if out_cl else out
     launched = tma.launch(x, wt, b, 1, padding, dilation, META, "tf32", out=out)
     assert launched.out is out and launched.llvm_opt == "none"
+    plan = tma.make_plan(_geometry((n, c, h, w), (k, c, *kernel), 1, padding, dilation), True, META, "tf32")
+    assert plan.constexprs["WINDOW"] == (c < 16 and kernel[1] > 1 and padding[1] == 0 and dilation[1] == 1)
     torch.testing.assert_close(out.double(), _rule(x, wt, b, padding, dilation), rtol=0, atol=2e-5)
+    if layout == "nchw":  # at tf32x3 nothing is rounded: the float32 sum (TF32-rounded operands miss it by 1e-3)
+        exact = F.conv2d(x.double(), wt.double(), b.double(), 1, padding, dilation)
+        y = tma.launch(x, wt, b, 1, padding, dilation, META, "tf32x3").out
+        torch.testing.assert_close(y.double(), exact, rtol=0, atol=2e-5)
 
 
 def test_a_fused_chain_is_applied_to_the_sums_as_torch_applies_it():
@@ -88,6 +98,28 @@ def test_a_fused_chain_is_applied_to_the_sums_as_torch_applies_it():
     y = tma.launch(x, wt, None, 1, 1, 1, META, "tf32", epilogue=ep).out
     want = torch_chain(_rule(x, wt, None, 1, 1), Epilogue(("bn", "add", "relu"), vectors.double(), residual.double()))
     torch.testing.assert_close(y.double(), want, rtol=0, atol=3e-5)
+
+
+@pytest.mark.parametrize("dtype, out_cl", [(torch.float32, False), (torch.float16, True)])
+def test_a_batch_norm_in_training_mode_normalizes_by_the_batchs_statistics_in_two_passes(dtype, out_cl):
+    """bn_train: the statistics pass's sums, then the convolution again with the batch's rows, against torch's
+    BatchNorm2d in training mode after the convolution (a chain after it too). In float32 within 2e-5 of cuDNN's rule,
+    so sums off by one tile's rows (or the rows' variance unbiased, or no eps) fail it."""
+    g = torch.Generator().manual_seed(11)
+    x, wt, b = torch.rand(3, 8, 5, 70, generator=g), torch.randn(10, 8, 3, 3, generator=g) / 8, torch.randn(10, generator=g)
+    gamma, beta, factor = torch.rand(10, generator=g) + 0.5, torch.randn(10, generator=g), torch.rand(10, generator=g) + 1
+    vectors = torch.stack((gamma, beta, factor, torch.zeros(10), torch.zeros(10), torch.zeros(10)))
+    ep = Epilogue(("bn_train", "scale", "relu"), vectors)
+    out = torch.full((3, 10, 3, 68), float("nan"), dtype=dtype)
+    out = out.contiguous(memory_format=torch.channels_last) if out_cl else out
+    y = tma.launch(x.to(dtype), wt.to(dtype), b.to(dtype), 1, 0, 1, META, "tf32", out=out,
+                   epilogue=Epilogue(ep.chain, vectors.to(dtype))).out
+    bn = torch.nn.BatchNorm2d(10).double().train()
+    bn.weight.data, bn.bias.data = gamma.to(dtype).double(), beta.to(dtype).double()
+    conv = _rule(x, wt, b, 0, 1) if dtype == torch.float32 else F.conv2d(*(t.to(dtype).double() for t in (x, wt, b)))
+    want = torch.relu(bn(conv.to(dtype).double()) * factor.to(dtype).double().view(1, -1, 1, 1)).detach()
+    assert torch.equal(torch_chain(conv.to(dtype).double(), Epilogue(ep.chain, vectors.to(dtype).double())), want)
+    torch.testing.assert_close(y.double(), want, rtol=0, atol=2e-5 if dtype == torch.float32 else 2e-2)
 
 
 # Run in a process of its own: under the tests' TRITON_INTERPRET=1 a @triton.jit kernel is the interpreter's and
@@ -129,7 +161,7 @@ def test_the_source_compiles_for_sm90_to_tma_copies_of_both_operands_and_an_mma_
 def test_it_is_a_library_kernel_restricted_to_its_family_that_only_a_pin_or_a_contest_runs():
     v = get_variant("nhwc_tma")
     assert "nhwc_tma" in LIBRARY_KERNELS and v.serves is None and v.export is not None
-    assert v.restricted_to == tma.RESTRICTED_TO and v.tf32_ties == "even" and v.precisions == ("tf32",)
+    assert v.restricted_to == tma.RESTRICTED_TO and v.tf32_ties == "even" and v.precisions == ("tf32", "tf32x3")
     assert v.dtypes == ("float32", "bfloat16", "float16") and v.compute_capability == (9, 0) and not v.runs_on((8, 9))
 
 
@@ -138,13 +170,14 @@ def test_verify_draws_cases_from_its_family_and_they_pass_in_the_interpreter(cap
     from convtune.commands.verify_cases import make_cases
 
     for small in (True, False):
-        cases = make_cases(["nhwc_tma"], ["tf32", "ieee"], 200, 0, small=small)
-        assert len(cases) == 200 and {c.precision for c in cases} == {"tf32"}
+        cases = make_cases(["nhwc_tma"], ["tf32", "tf32x3", "ieee"], 200, 0, small=small)
+        assert len(cases) == 400 and {c.precision for c in cases} == {"tf32", "tf32x3"}
         for c in cases:  # every case is one the kernel takes, in either dtype (none would only test a refusal)
             g = _geometry(x=(c.n, c.c, c.h, c.w), w=(c.k, c.c, c.kh, c.kw), stride=c.stride, padding=c.padding,
                           dilation=c.dilation)
             tma.make_plan(g, c.bias, Meta(**c.meta) if c.meta else META, c.precision, c.layout == "channels_last", 2)
         assert {c.layout for c in cases} == {"nchw", "channels_last"} and {c.offset for c in cases} > {0}
     assert verify_main(["--device", "interpreter", "--variants", "nhwc_tma", "--shapes", "2"]) == 0
-    out = capsys.readouterr().out  # tf32, and float16 (the interpreter's 16-bit dtype); one fused case in each
-    assert "| nhwc_tma | tf32 | 2 |" in out and "| nhwc_tma | float16 | 2 |" in out and "0 failure(s) in 6 cases" in out
+    out = capsys.readouterr().out  # tf32, tf32x3 and float16 (the interpreter's 16-bit dtype); fused cases in two
+    assert "| nhwc_tma | tf32 | 2 |" in out and "| nhwc_tma | tf32x3 | 2 |" in out and "| nhwc_tma | float16 | 2 |" in out
+    assert "0 failure(s) in 8 cases" in out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from convtune.errors import ConfigError
+from convtune.errors import ConfigError, UnsupportedProblem
 from convtune.kernels import LIBRARY_KERNELS, VARIANTS, Meta, get_variant
 from convtune import pins
 from convtune.record import Identity, Status, undeclared
@@ -256,8 +256,7 @@ NHWC_FILE_CHECK = (
 
 
 @pytest.mark.parametrize("kernel,rounded,stages", [("nhwc_igemm", "INPUT_ROUNDED = False", 3),
-                                                   ("nhwc_preround", "INPUT_ROUNDED = True", 3),
-                                                   ("nhwc_tma", "INPUT_ROUNDED = True", 3)])
+                                                   ("nhwc_preround", "INPUT_ROUNDED = True", 3)])
 def test_export_of_an_nhwc_kernel_writes_a_level2_file_that_computes_the_chain(capsys, tmp_path, store, pins_file,
                                                                                  kernel, rounded, stages):
     out = tmp_path / "model_new.py"
@@ -274,6 +273,57 @@ def test_export_of_an_nhwc_kernel_writes_a_level2_file_that_computes_the_chain(c
     env["TRITON_INTERPRET"] = "1"
     r = preloaded.run([sys.executable, "-c", NHWC_FILE_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# nhwc_tma's export (its level-2 file's test: the chain of KernelBench level 2 #73, a training batch norm and a scale,
+# on 8 channels, so the row-window K loop): the two passes of conv2d_triton against BatchNorm2d in training mode on
+# operands rounded to nearest TF32 with ties to even, and the running statistics the call must move as torch does
+BN_TRAIN_FILE_CHECK = (
+    "import importlib.util, sys, torch, torch.nn.functional as F\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "torch.manual_seed(0); model = m.ModelNew(8, 20, 3, 2.0)\n"
+    "assert model.scaling_factor == 2.0 and isinstance(model.bn, torch.nn.BatchNorm2d) and model.training\n"
+    "torch.manual_seed(0); conv = torch.nn.Conv2d(8, 20, 3, padding=(2, 1)); bn = torch.nn.BatchNorm2d(20)\n"
+    "with torch.no_grad(): bn.weight.uniform_(0.5, 1.5); bn.bias.uniform_(-0.5, 0.5)\n"
+    "x = torch.rand(2, 8, 19, 17)\n"
+    "r = lambda t: ((t.detach().view(torch.int32) + 0xFFF + ((t.detach().view(torch.int32) >> 13) & 1)) & -8192)"
+    ".view(torch.float32)\n"
+    "want = bn(F.conv2d(r(x), r(conv.weight), conv.bias.detach(), 1, (2, 1))) * 2.0\n"
+    "vectors = torch.zeros(4, 20); vectors[0] = bn.weight.detach(); vectors[1] = bn.bias.detach(); vectors[2] = 2.0\n"
+    "mean, var = torch.zeros(20), torch.ones(20)\n"
+    "y = m.conv2d_triton(x, conv.weight.detach(), conv.bias.detach(), None, vectors, (mean, var, 0.1))\n"
+    "torch.testing.assert_close(y, want.detach(), rtol=1e-5, atol=2e-5)\n"
+    "torch.testing.assert_close((mean, var), (bn.running_mean, bn.running_var), rtol=1e-5, atol=1e-6)\n"
+    "print('ok')\n")
+
+
+def test_export_of_a_training_batch_norm_runs_its_statistics_pass_and_moves_the_running_statistics(
+        capsys, tmp_path, store, pins_file):
+    out = tmp_path / "model_new.py"
+    args = ("problem=tiny", "problem.in_channels=8", "problem.stride=[1,1]", "problem.kernel_h=3", "problem.kernel_w=3",
+            "problem.epilogue=[bn_train,scale]", f"tracking.uri={store}", f"pins_file={pins_file}", "export=kernelbench")
+    assert run_export(compose(*args, "kernel=nhwc_tma", f"export_path={out}")) == 0
+    text = out.read_text()
+    assert "BN_TRAIN = True" in text and "self.bn = nn.BatchNorm2d(20)" in text and "INPUT_ROUNDED = True" in text
+    assert "self.scaling_factor = init_inputs[-1]" in text and "if not x.is_cuda or not self.training:" in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
+    env["TRITON_INTERPRET"] = "1"
+    r = preloaded.run([sys.executable, "-c", BN_TRAIN_FILE_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    with pytest.raises(UnsupportedProblem, match="nhwc_igemm does not fuse the epilogue bn_train,scale; kernels that "
+                                                 "do: nhwc_tma"):
+        run_export(compose(*args, "kernel=nhwc_igemm", f"export_path={tmp_path / 'no.py'}"))
+    assert not (tmp_path / "no.py").exists()
+    # kernel=library: the kernel its pin names is the one that must fuse the chain, not the default it replaces
+    with pytest.raises(UnsupportedProblem, match=r"kernel implicit_gemm \(library runs it here: "):
+        run_export(compose(*args, "kernel=library", f"export_path={tmp_path / 'no.py'}"))
+    from convtune.resolve import resolve
+
+    key = resolve(compose(*args, "kernel=nhwc_tma"), swap_problem=False).problem.key()
+    pins.write_pin(pins_file, "interpreter", "nhwc_tma", pins.pin_key(key, "tf32"), Meta(64, 64, 16, 4, 3), {})
+    assert run_export(compose(*args, "kernel=library", f"export_path={tmp_path / 'lib.py'}")) == 0
+    assert "BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 64, 64, 16, 4, 3" in (tmp_path / "lib.py").read_text()
 
 
 def test_export_of_fused_gluon_writes_a_file_whose_gluon_kernel_compiles_for_sm90(capsys, tmp_path, store, pins_file):

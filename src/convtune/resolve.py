@@ -309,15 +309,16 @@ def resolve(cfg: DictConfig, device: Optional[str] = None, swap_problem: bool = 
             s.problem = replace(s.problem, dtype=enum_value(cfg.dtype))
         s.precision = for_dtype(s.precision, s.problem.dtype)
         s.variant = s.pin_variant = kernels.variant_for(cfg.kernel.name, s.problem)
-        if not s.variant.fuses(s.problem.epilogue):
-            fusing = sorted(n for n, v in kernels.VARIANTS.items() if v.fuses(s.problem.epilogue))
-            raise UnsupportedProblem(f"kernel {s.variant.name} does not fuse the epilogue {','.join(s.problem.epilogue)}; "
-                                     f"kernels that do: {', '.join(fusing) or 'none'}")
         gpu = cfg.promote.device_name or s.gpu
         s.pins_path, s.pins_read = pins_files(cfg, s.cwd, gpu)
         s.configured_meta, s.configured_source, s.variant = measured_config(
             s.variant, cfg.kernel.name == kernels.LIBRARY, s.pins_read, gpu, capability_of(s.device_tags), s.problem,
             s.precision)
+        if not s.variant.fuses(s.problem.epilogue):  # the kernel that runs: kernel=library's pin may name another
+            fusing = sorted(n for n, v in kernels.VARIANTS.items() if v.fuses(s.problem.epilogue))
+            runs = f" ({cfg.kernel.name} runs it here: {s.configured_source})" if s.variant.name != cfg.kernel.name else ""
+            raise UnsupportedProblem(f"kernel {s.variant.name}{runs} does not fuse the epilogue "
+                                     f"{','.join(s.problem.epilogue)}; kernels that do: {', '.join(fusing) or 'none'}")
         s.meta = kernels.Meta.fill(s.given, s.configured_meta)
         s.meta_source = "explicit" if all(v is not None for v in s.given.values()) else s.configured_source
     except (ValueError, RuntimeError) as e:  # ConfigError, PinsError, UnsupportedProblem, a device mismatch

@@ -13,6 +13,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from convtune.problem import FLOAT32_ONLY_OPS
+
 MAX_ELEMENTS = 2**24  # per tensor: keeps a case's float64 reference small and quick
 # ok; wrong (against float64, confirmed on the CPU); torch_mismatch (right, but not torch's own result by
 # KernelBench's allclose); cudnn_ran_fp32 (a tf32 output next to torch's true-fp32 result: nothing to match);
@@ -159,10 +161,11 @@ def read_cases(path: str, outcomes: Optional[tuple[str, ...]] = None) -> list[Ca
 
 
 def draw_chain(rng: random.Random, ops: tuple[str, ...]) -> tuple[str, ...]:
-    """A random epilogue of 1 to 4 ops taken from `ops` (a variant's epilogues), at most one of them `add`."""
-    chain: list[str] = []
-    for _ in range(rng.randint(1, 4)):
-        chain.append(rng.choice([op for op in ops if op != "add" or "add" not in chain]))
+    """A random epilogue of 1 to 4 ops taken from `ops` (a variant's epilogues), at most one of them `add`, and
+    `bn_train` (where the variant fuses it) first in half of them (it comes first only: problem.parse_epilogue)."""
+    chain: list[str] = ["bn_train"] if "bn_train" in ops and rng.random() < 0.5 else []
+    for _ in range(rng.randint(1, 4) - len(chain)):
+        chain.append(rng.choice([op for op in ops if op != "bn_train" and (op != "add" or "add" not in chain)]))
     return tuple(chain)
 
 
@@ -182,7 +185,8 @@ def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: in
             rng = random.Random(f"{seed}/{v}/{dtype}/epilogue")
             for i in range(fused):
                 case = draw_case(rng, shapes + i, v, "tf32", small)
-                case.dtype, case.epilogue = dtype, draw_chain(rng, tuple(ops))
+                judgeable = tuple(op for op in ops if dtype == "float32" or op not in FLOAT32_ONLY_OPS)
+                case.dtype, case.epilogue = dtype, draw_chain(rng, judgeable)
                 cases.append(case)
     for v in variants:
         for prec in (p for p in precisions if VARIANTS[v].runs_precision(p) and "float32" in dtypes):

@@ -1,11 +1,14 @@
 """The epilogue a kernel fuses: what follows the convolution and its own bias (convtune.problem.EPILOGUE_OPS), applied
 in order to the float32 sums in registers, before the one rounding to the output's dtype and the one store.
 
-- `Epilogue` holds a chain and its tensors: one (scale, shift) pair of per-channel vectors per op (bn uses both, bias
-  the shift, the rest none) and the residual of `add`, in the output's shape.
+- `Epilogue` holds a chain and its tensors: one (scale, shift) pair of per-channel vectors per op (bn and bn_train use
+  both, bias the shift, the rest none; scale is a bn whose shift row pack_vectors leaves zero) and the residual of
+  `add`, in the output's shape.
 - `apply_epilogue` is the jit function a kernel calls on its accumulator tile. The chain reaches it as one constexpr
   (`code`: 4 bits an op), so each chain compiles its own binary and a call without one compiles no epilogue. In 16
-  bits it rounds each step's result as torch does, so that it matches torch's chain by KernelBench's allclose.
+  bits it rounds each step's result as torch does, so that it matches torch's chain by KernelBench's allclose. `scale`
+  is a bn whose shift is zero, and `bn_train` reaches it as a bn whose rows the statistics pass computed
+  (kernels/batch_stats.py), so both run bn's branch.
 - `torch_chain` is the same chain run by torch, op after op, for the judge (at the output's dtype, rounding after each
   op as torch does) and for the float64 reference.
 """
@@ -21,10 +24,12 @@ import triton
 import triton.language as tl
 
 from convtune.errors import UnsupportedProblem
-from convtune.problem import EPILOGUE_OPS, LEAKY_RELU_SLOPE, parse_epilogue
+from convtune.problem import ACTIVATIONS, BN_EPS, LEAKY_RELU_SLOPE, VECTOR_OPS, parse_epilogue
 
-# op → its 4-bit code in `code(chain)`; 0 ends the chain. The numbers are apply_epilogue's branches.
-CODES = {op: i + 1 for i, op in enumerate(EPILOGUE_OPS)}
+# op → its 4-bit code in `code(chain)`; 0 ends the chain. The numbers are apply_epilogue's branches: scale and bn_train
+# run bn's (x·scale + shift, with a zero shift or the batch's rows)
+CODES = {op: i + 1 for i, op in enumerate(("bias", "bn") + ACTIVATIONS + ("add",))}
+CODES.update(scale=CODES["bn"], bn_train=CODES["bn"])
 # each activation as torch computes it, at its defaults (gelu exact)
 TORCH_ACTIVATIONS = {"relu": F.relu, "relu6": F.relu6, "silu": F.silu, "gelu": F.gelu, "hardswish": F.hardswish,
                      "leaky_relu": lambda y: F.leaky_relu(y, LEAKY_RELU_SLOPE)}
@@ -49,8 +54,8 @@ class Epilogue:
         object.__setattr__(self, "chain", parse_epilogue(self.chain, "epilogue"))
         if ("add" in self.chain) != (self.residual is not None):
             raise UnsupportedProblem("an epilogue has a residual tensor exactly when its chain has `add`")
-        if any(op in ("bias", "bn") for op in self.chain) and self.vectors is None:
-            raise UnsupportedProblem(f"epilogue {','.join(self.chain)}: its bias/bn ops need `vectors`")
+        if any(op in VECTOR_OPS for op in self.chain) and self.vectors is None:
+            raise UnsupportedProblem(f"epilogue {','.join(self.chain)}: its {'/'.join(VECTOR_OPS)} ops need `vectors`")
 
     @property
     def code(self) -> int:
@@ -94,7 +99,7 @@ def pack_vectors(chain: tuple[str, ...], params: list[tuple[Optional[torch.Tenso
                  ) -> Optional[torch.Tensor]:
     """`Epilogue.vectors` from one (scale, shift) pair per op (None where the op uses none), or None where no op uses
     one."""
-    if not any(op in ("bias", "bn") for op in chain):
+    if not any(op in VECTOR_OPS for op in chain):
         return None
     c_out, like = next((t.shape[0], t) for pair in params for t in pair if t is not None)
     rows = like.new_zeros((2 * len(chain), c_out))
@@ -110,16 +115,20 @@ def torch_chain(y: torch.Tensor, ep: Epilogue, dtype: Optional[torch.dtype] = No
     """The chain run by torch on a convolution's output `y`, op after op, in `dtype` (default: y's): the reference a
     fused kernel is judged against (at the output's dtype) and the float64 one. Each op computes in float32 (float64
     for a float64 chain) from the epilogue's tensors as they are, and rounds its result to `dtype` once, as torch's
-    elementwise kernels and its batch norm do for 16-bit tensors."""
+    elementwise kernels and its batch norm do for 16-bit tensors. `bn_train` normalizes by the statistics of `y` as
+    given (the batch's), with torch's batch norm in training mode."""
     dtype = dtype or y.dtype
     work = torch.float64 if dtype == torch.float64 else torch.float32
     y = y.to(dtype)
     for i, op in enumerate(ep.chain):
         z = y.to(work)
-        if op in ("bias", "bn"):
+        if op == "bn_train":
+            z = F.batch_norm(z, None, None, ep.vectors[2 * i].to(work), ep.vectors[2 * i + 1].to(work),  # type: ignore[index]
+                             training=True, eps=BN_EPS)
+        elif op in VECTOR_OPS:
             scale, shift = (ep.vectors[2 * i].to(work).view(1, -1, 1, 1),  # type: ignore[index]
                             ep.vectors[2 * i + 1].to(work).view(1, -1, 1, 1))  # type: ignore[index]
-            z = z + shift if op == "bias" else z * scale + shift
+            z = z + shift if op == "bias" else z * scale + shift  # scale: its shift row is zero (pack_vectors)
         elif op == "add":
             z = z + ep.residual.to(work)  # type: ignore[union-attr]
         else:

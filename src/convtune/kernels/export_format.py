@@ -49,23 +49,37 @@ STRIDE, PADDING, DILATION = {tuple(p.stride)}, {tuple(p.padding)}, {tuple(p.dila
 
 def level2_chain(p: Any) -> tuple[str, ...]:
     """The epilogue of a problem exported to KernelBench's level-2 format (a Model whose forward is the convolution
-    and then each op, as #1 Conv2D_ReLU_BiasAdd), or UnsupportedProblem: activations, and at most one `bias`, the
-    Model's nn.Parameter of shape (C_out, 1, 1) drawn with torch.randn after the convolution's parameters. `bn` is
-    refused (KernelBench runs its Models in training mode, where a batch norm normalises by the batch's statistics,
-    which no epilogue computes), and so is `add` (a second input)."""
+    and then each op, as #1 Conv2D_ReLU_BiasAdd and #73 Conv2d_BatchNorm_Scaling), or UnsupportedProblem: activations,
+    at most one `bias` (the Model's nn.Parameter of shape (C_out, 1, 1) drawn with torch.randn after the convolution's
+    parameters), `bn_train` (the Model's nn.BatchNorm2d `bn`, in training mode as KernelBench runs it) and at most one
+    `scale` (the Model's `scaling_factor`, its last init input). `bn` is refused (a Model's batch norm trains: bn_train),
+    and so is `add` (a second input)."""
     from convtune.errors import UnsupportedProblem
 
     refused = [op for op in p.epilogue if op in ("bn", "add")]
-    if refused or list(p.epilogue).count("bias") > 1:
-        raise UnsupportedProblem(f"KernelBench's level-2 export takes activations and at most one bias after the "
-                                 f"convolution, not {', '.join(refused) or 'two biases'} (bn: KernelBench runs its "
-                                 "Models in training mode, where a batch norm normalises by the batch's statistics)")
+    if refused or list(p.epilogue).count("bias") > 1 or list(p.epilogue).count("scale") > 1:
+        raise UnsupportedProblem(f"KernelBench's level-2 export takes activations, bn_train and at most one bias and "
+                                 f"one scale after the convolution, not {', '.join(refused) or 'two biases or scales'} "
+                                 "(bn: KernelBench runs its Models in training mode, where a batch norm normalises by "
+                                 "the batch's statistics: bn_train)")
     return tuple(p.epilogue)
 
 
 TORCH_OPS = {"relu": "torch.relu(x)", "relu6": "torch.nn.functional.relu6(x)", "silu": "torch.nn.functional.silu(x)",
              "gelu": "torch.nn.functional.gelu(x)", "hardswish": "torch.nn.functional.hardswish(x)",
-             "leaky_relu": "torch.nn.functional.leaky_relu(x, 0.01)", "bias": "x + self.bias"}
+             "leaky_relu": "torch.nn.functional.leaky_relu(x, 0.01)", "bias": "x + self.bias",
+             "bn_train": "self.bn(x)", "scale": "x * self.scaling_factor"}
+# each vector op's rows (scale, shift) from the level-2 Model's parameters
+ROWS_FROM_MODEL = {"bias": (None, "self.bias.detach().reshape(-1)"),
+                   "bn_train": ("self.bn.weight.detach()", "self.bn.bias.detach()"),
+                   "scale": ("self.scaling_factor", None)}
+PARAMS_OF = {"bias": ("self.bias",), "bn_train": ("self.bn.weight", "self.bn.bias"), "scale": ()}
+
+RUNNING = """\
+        bn = self.bn  # its running statistics move as BatchNorm2d's do in training
+        bn.num_batches_tracked.add_(1)
+        momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+"""
 
 
 def chain_in_torch(p: Any, indent: str) -> str:
@@ -75,18 +89,23 @@ def chain_in_torch(p: Any, indent: str) -> str:
 
 def launch_with_vectors(p: Any) -> str:
     """The end of ModelNew's forward: conv2d_triton on the packed weight, with the level-2 chain's per-channel rows
-    where it has a `bias` (the Model's parameter, copied into its op's shift row again only when it changes)."""
+    where it has vector ops (made from the Model's parameters again only when one of them changes); with bn_train,
+    the batch norm's running statistics, which the call moves as BatchNorm2d does, and its count of batches."""
     chain = level2_chain(p) if p.epilogue else ()
-    if "bias" not in chain:
+    ops = [(i, op) for i, op in enumerate(chain) if op in ROWS_FROM_MODEL]
+    if not ops:
         return "        return conv2d_triton(x, w, self.conv1.bias, self._packed)\n"
-    return f'''\
-        bias = self.bias.detach().reshape(-1)
-        if self._vectors_for != (bias.data_ptr(), self.bias._version, x.dtype):  # the bias op's row of the epilogue
-            self._vectors = torch.zeros(({2 * len(chain)}, bias.numel()), device=x.device, dtype=x.dtype)
-            self._vectors[{2 * chain.index("bias") + 1}] = bias
-            self._vectors_for = (bias.data_ptr(), self.bias._version, x.dtype)
-        return conv2d_triton(x, w, self.conv1.bias, self._packed, self._vectors)
-'''
+    params = [t for _, op in ops for t in PARAMS_OF[op]]
+    rows = "".join(f"            v[{2 * i + j}] = {expr}\n" for i, op in ops
+                   for j, expr in enumerate(ROWS_FROM_MODEL[op]) if expr is not None)
+    running = ", (bn.running_mean, bn.running_var, momentum)" if "bn_train" in chain else ""
+    return (f"        key = ({''.join(f'({t}.data_ptr(), {t}._version), ' for t in params)}x.dtype)\n"
+            "        if self._vectors_for != key:  # the epilogue's rows, made again when a parameter changes\n"
+            f"            v = torch.zeros(({2 * len(chain)}, {p.out_channels}), device=x.device, dtype=x.dtype)\n"
+            f"{rows}            self._vectors, self._vectors_for = v, key\n"
+            + (RUNNING if running else "")
+            + f"        return conv2d_triton(x, w, self.conv1.bias, self._packed, self._vectors{running})\n")
+
 
 def model_new(p: Any, forward_body: str) -> str:
     """ModelNew: the reference Model's nn.Conv2d, made first (so that it draws the same parameters after the same
@@ -110,8 +129,13 @@ class ModelNew(nn.Module):
 
 
 def _model_new_level2(p: Any, forward_body: str) -> str:
-    bias = (f"\n        self.bias = nn.Parameter(torch.randn(({p.out_channels}, 1, 1)))" if "bias" in level2_chain(p)
-            else "")
+    chain = level2_chain(p)
+    bias = (f"\n        self.bias = nn.Parameter(torch.randn(({p.out_channels}, 1, 1)))" if "bias" in chain else "")
+    if "bn_train" in chain:
+        bias += f"\n        self.bn = nn.BatchNorm2d({p.out_channels})"
+    if "scale" in chain:
+        bias += "\n        self.scaling_factor = init_inputs[-1]"
+    torch_when = "not x.is_cuda or not self.training" if "bn_train" in chain else "not x.is_cuda"
     return f'''
 
 class ModelNew(nn.Module):
@@ -123,7 +147,7 @@ class ModelNew(nn.Module):
         self._vectors, self._vectors_for = None, None
 
     def forward(self, x):
-        if not x.is_cuda:
+        if {torch_when}:{"  # in eval a batch norm reads its running statistics: torch's ops" if "bn_train" in chain else ""}
             x = self.conv(x)
 {chain_in_torch(p, "            ")}            return x
 {forward_body}'''

@@ -1,15 +1,16 @@
 """KernelBench's one-file export of the channels_last GEMMs (`python promote.py export=kernelbench`): what the nhwc
 variants' files share. The input is copied to channels_last by layout's kernel (rounded to
 nearest TF32 there where the kernel takes it rounded), the weight packed as [C_out, KH·KW·C_in] with its TMA
-descriptor, the output written in the problem's layout with the level-2 chain fused; each variant gives its kernel
+descriptor, the output written in the problem's layout with the level-2 chain fused (bn_train in two passes,
+kernels/batch_stats.py); each variant gives its kernel
 and its launch (`conv2d_triton`). Pure text, as kernels/export_format.py; `p` is a convtune.problem.ConvProblem.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from convtune.kernels import layout
+from convtune.kernels import batch_stats, layout
 from convtune.kernels import precision as prec
 from convtune.kernels.epilogue import code
 from convtune.kernels.export_format import (IMPORTS, chain_in_torch, epilogue_source, launch_with_vectors,
@@ -19,20 +20,22 @@ from convtune.kernels.nhwc_tiles import GROUP_M, tma_fits
 
 
 def render(p: Any, m: dict, precision: str, provenance: str, kernel: Any, launch: str, input_rounded: bool,
-           capability: tuple[int, int]) -> str:
+           capability: tuple[int, int], k_steps: Optional[int] = None) -> str:
     """The file: `kernel` (a jit function) launched by `launch` (the source of conv2d_triton(x, weight, bias,
     packed=None, vectors=None), which reads the names the header defines). `input_rounded`: the kernel takes its
     input rounded to nearest TF32 where the precision rounds; `capability`: the compute capability the variant
-    declares (KernelVariant.compute_capability), below which the file runs the Model's own ops."""
+    declares (KernelVariant.compute_capability), below which the file runs the Model's own ops; `k_steps`: the K
+    loop's steps where they are not taps × channel blocks (the pipeline's stages are no more)."""
     chain = level2_chain(p) if p.epilogue else ()
     rounds = prec.rounds_operands(prec.kernel_precision(precision, p.dtype))
-    k_steps = p.kernel_h * p.kernel_w * -(-p.in_channels // m["BLOCK_K"])
+    k_steps = k_steps or p.kernel_h * p.kernel_w * -(-p.in_channels // m["BLOCK_K"])
     w_tma = tma_fits(p.in_channels, 4 if p.dtype == "float32" else 2)
     fallback = ("            x = self.conv1(x)\n" + chain_in_torch(p, "            ") + "            return x\n" if chain
                 else "            return self.conv1(x)\n")
     fallback = f"        if torch.cuda.get_device_capability(x.device) < {tuple(capability)}:\n{fallback}"
     header = pinned_block(m, precision, provenance, p) + f'''\
 EPILOGUE = {code(chain)}  # {', '.join(chain) or 'none'}: apply_epilogue's ops, 4 bits each
+BN_TRAIN = {chain[:1] == ("bn_train",)}  # a statistics pass first, then the batch's rows (bn_rows) as a bn's
 # the input rounded to nearest TF32 as it is copied to channels_last (the kernel then takes its tiles as they are),
 # or in the kernel; the weight's tiles through a TMA descriptor where its rows allow one; tiles in groups of {GROUP_M}
 INPUT_ROUNDED = {rounds and input_rounded}
@@ -86,5 +89,6 @@ def to_channels_last(x):
                 + "assembly there)\nround_tf32_even = (round_tf32_even_bits if type(round_tf32_even_bits).__name__ == "
                 + "\"InterpretedFunction\"\n                   else round_tf32_even_ptx)\n")
     imports = IMPORTS + "from triton.tools.tensor_descriptor import TensorDescriptor\n"
-    return ("\n\n".join((imports, rounding, epilogue_source(), source_of(layout._nchw_to_nhwc_kernel),
+    stats = source_of(batch_stats.add_batch_stats, batch_stats._bn_rows_kernel, batch_stats.bn_rows)
+    return ("\n\n".join((imports, rounding, epilogue_source(), stats, source_of(layout._nchw_to_nhwc_kernel),
                          source_of(kernel))) + "\n" + header + "\n\n" + launch.strip("\n") + "\n" + model_new(p, forward))

@@ -74,3 +74,15 @@ def agrees(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: Optional[torc
     tol = max(TOLERANCE[dot_precision], HALF_TOLERANCE.get(out.dtype, 0.0))
     scale = float(ref.abs().max()) or 1.0
     return float(diff.norm()) <= tol * float(ref.norm()) + 1e-30 and float(diff.abs().max()) <= 20 * tol * scale
+
+
+def sums_agree(sums: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+               stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], dot_precision: str,
+               out_dtype: torch.dtype) -> bool:
+    """True if `sums` (bn_train's statistics pass, kernels/batch_stats.py: [2, C] sums of y and y² per channel) are
+    float64's for y = conv2d(x, w, b), to within the rounding of `dot_precision` and of `out_dtype` on each term."""
+    y = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation)
+    tol = max(TOLERANCE[dot_precision], HALF_TOLERANCE.get(out_dtype, 0.0))
+    bound = torch.stack((y.abs().sum(dim=(0, 2, 3)), (y * y).sum(dim=(0, 2, 3)) * 2)) * tol + 1e-30
+    ref = torch.stack((y.sum(dim=(0, 2, 3)), (y * y).sum(dim=(0, 2, 3))))
+    return bool(torch.isfinite(sums).all()) and bool(((sums.double() - ref).abs() <= bound).all())

@@ -50,10 +50,16 @@ class KernelBenchVerdict:
                       f"speedup {self.ref_ms / self.new_ms:.2f}x"
 
 
+# the factor a level-2 `scale` multiplies by in this check: the Model's scaling_factor, its last init input (2.0 in
+# KernelBench level 2 #73)
+SCALING_FACTOR = 2.0
+
+
 class _Reference(torch.nn.Module):
     """KernelBench's level-1 conv Model: one nn.Conv2d called conv1, run by torch at its defaults; for a problem with
     an epilogue, its level-2 Model (kernels/export_format.level2_chain): the nn.Conv2d called conv, then the chain's
-    bias parameter (C_out, 1, 1) drawn with torch.randn, and a forward that runs each op after the convolution."""
+    bias parameter (C_out, 1, 1) drawn with torch.randn, its nn.BatchNorm2d `bn` and its `scaling_factor`, and a
+    forward that runs each op after the convolution (in training mode, as KernelBench runs it)."""
 
     def __init__(self, p: ConvProblem) -> None:
         super().__init__()
@@ -64,6 +70,9 @@ class _Reference(torch.nn.Module):
             self.conv = conv
             if "bias" in self.chain:
                 self.bias = torch.nn.Parameter(torch.randn((p.out_channels, 1, 1)))
+            if "bn_train" in self.chain:
+                self.bn = torch.nn.BatchNorm2d(p.out_channels)
+            self.scaling_factor = SCALING_FACTOR
         else:
             self.conv1 = conv
 
@@ -72,7 +81,8 @@ class _Reference(torch.nn.Module):
             return self.conv1(x)
         x = self.conv(x)
         for op in self.chain:
-            x = x + self.bias if op == "bias" else TORCH_ACTIVATIONS[op](x)
+            x = (x + self.bias if op == "bias" else self.bn(x) if op == "bn_train" else
+                 x * self.scaling_factor if op == "scale" else TORCH_ACTIVATIONS[op](x))
         return x
 
 
@@ -92,7 +102,8 @@ def check_file(path: Path, p: ConvProblem, trials: int = 5, seed: int = 42) -> K
         torch.manual_seed(seed)
         ref = _Reference(p).to(device=dev, dtype=dtype)
         torch.manual_seed(seed)
-        new = model_new_cls().to(device=dev, dtype=dtype)  # the file bakes in the problem's sizes
+        init = (p.in_channels, p.out_channels, p.kernel_h, SCALING_FACTOR) if p.epilogue else ()
+        new = model_new_cls(*init).to(device=dev, dtype=dtype)  # the file bakes in the problem's sizes
         with torch.no_grad():
             for t in range(trials):
                 torch.manual_seed(seed + 1 + t)

@@ -58,8 +58,8 @@ def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.
 
 def make_epilogue(p: ConvProblem, seed: int, device: torch.device) -> Epilogue:
     """The tensors of the problem's epilogue (NO_EPILOGUE without one), from a generator of their own (seed + 1), so
-    that a fused problem's input, weight and bias are its convolution's alone: a bn's scale uniform in [0.5, 1.5) and
-    shift in [-0.5, 0.5), a bias's shift as the convolution's bias is drawn, a residual uniform in [-1, 1) in the
+    that a fused problem's input, weight and bias are its convolution's alone: a bn's (or bn_train's) scale uniform in
+    [0.5, 1.5) and shift in [-0.5, 0.5), a scale's factors uniform in [0.5, 1.5), a bias's shift as the convolution's bias is drawn, a residual uniform in [-1, 1) in the
     output's layout; in the problem's dtype, as torch's chain would hold them."""
     if not p.epilogue:
         return NO_EPILOGUE
@@ -70,7 +70,8 @@ def make_epilogue(p: ConvProblem, seed: int, device: torch.device) -> Epilogue:
         return (torch.rand(shape, generator=g, device=device) * (hi - lo) + lo).to(dtype)
     bound = 1.0 / math.sqrt(p.in_channels * p.kernel_h * p.kernel_w)
     k = (p.out_channels,)
-    params = [(uniform(k, 0.5, 1.5), uniform(k, -0.5, 0.5)) if op == "bn" else
+    params = [(uniform(k, 0.5, 1.5), uniform(k, -0.5, 0.5)) if op in ("bn", "bn_train") else
+              (uniform(k, 0.5, 1.5), None) if op == "scale" else
               (None, uniform(k, -bound, bound)) if op == "bias" else (None, None) for op in p.epilogue]
     residual = (uniform(p.output_shape, -1.0, 1.0).contiguous(memory_format=memory_format(p))
                 if "add" in p.epilogue else None)

@@ -30,7 +30,7 @@ from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.conv_args import ConvGeometry
-from convtune.problem import EPILOGUE_OPS
+from convtune.problem import POINTWISE_OPS
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache
 from convtune.kernels import llvm_opt, weight_pack
@@ -298,7 +298,7 @@ def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precisio
 # implicit_gemm reads NCHW: an input that is not is copied inside the call; its weight unpacked where the row needs no
 # padding (pack_weight), so that must be contiguous. The library binds its launches itself (bind).
 HOST = Host(_plan, lambda x, plan: x.contiguous(), run, weight_as_is=True, dtypes=("float32", "bfloat16", "float16"),
-            epilogues=EPILOGUE_OPS)
+            epilogues=POINTWISE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 

@@ -48,7 +48,7 @@ from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, round_tf32_even,
                                        round_tf32_even_ptx, round_to_tf32_even)
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.selfcheck import agrees, check_epilogue
-from convtune.problem import EPILOGUE_OPS
+from convtune.problem import POINTWISE_OPS
 
 RESTRICTED_TO = "precision tf32 (float32), a 1x1 kernel, stride 1, padding 0, up to 65535 images"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -259,7 +259,7 @@ def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precisio
     return make_plan(g, has_bias, meta, precision, out_cl, x.element_size(), chain)
 
 
-HOST = Host(_plan, readable_input, run, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
+HOST = Host(_plan, readable_input, run, dtypes=DTYPES, epilogues=POINTWISE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 

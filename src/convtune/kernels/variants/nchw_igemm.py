@@ -48,7 +48,7 @@ from convtune.kernels.nhwc_tiles import pack_weight, packed_weight, tma_fits, we
 from convtune.kernels.precision import CVT_RN_TF32_CAPABILITY, round_tf32_even, round_tf32_even_bits, round_tf32_even_ptx
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.selfcheck import agrees, check_epilogue
-from convtune.problem import EPILOGUE_OPS
+from convtune.problem import POINTWISE_OPS
 
 RESTRICTED_TO = "precision tf32, stride 1, an output as wide as the input, up to 65535 images"
 TF32_TIES = "even"  # as cuDNN on the stride-1 layers (kernels/precision.py)
@@ -207,7 +207,7 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     return agrees(t.out, t.x, t.weight, t.bias, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]), "tf32", ep)
 
 
-HOST = Host(without_input(make_plan), readable_input, run, epilogues=EPILOGUE_OPS)
+HOST = Host(without_input(make_plan), readable_input, run, epilogues=POINTWISE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 

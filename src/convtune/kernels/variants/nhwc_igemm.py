@@ -37,7 +37,7 @@ from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, r
                                         round_to_tf32_even, rounds_operands)
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.selfcheck import agrees, check_epilogue
-from convtune.problem import EPILOGUE_OPS
+from convtune.problem import POINTWISE_OPS
 
 @triton.jit(do_not_specialize=["M"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_kernel(
@@ -179,7 +179,7 @@ def _plan(input_rounded: bool) -> Any:
 
 # `weight_tma` (make_plan) is a launch option: launch(..., weight_tma=False)
 DTYPES = ("float32", "bfloat16", "float16")
-HOST = Host(_plan(False), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
+HOST = Host(_plan(False), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=POINTWISE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 # The `nhwc_preround` variant: the input rounded to nearest TF32 before the kernel (for `tf32`; any other precision
 # runs as nhwc_igemm does). Why a variant of its own: rounding the A tiles in the kernel sends them from shared memory
@@ -189,7 +189,7 @@ launch, prepared = HOST.launch, HOST.prepared
 # over a channels_last input (0.017-0.055 ms: a net loss on four of six layers) and nothing extra in the copy an NCHW
 # input needs anyway (alexnet_conv3 0.284 against 0.316 ms, conv4 0.410 against 0.463; vgg16_conv3_2 and
 # resnet50_layer2_3x3 1.5-4 % slower). So both are library kernels, and the contest decides per key.
-PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
+PREROUND_HOST = Host(_plan(True), round_input, run, channels_last=True, dtypes=DTYPES, epilogues=POINTWISE_OPS)
 launch_preround, prepared_preround = PREROUND_HOST.launch, PREROUND_HOST.prepared
 
 

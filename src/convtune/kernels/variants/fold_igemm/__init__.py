@@ -45,7 +45,7 @@ from convtune.kernels.precision import dot_precision, round_tf32, round_to_tf32,
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.selfcheck import agrees, aligned_nan, aligned_random, check_epilogue
 from convtune.kernels.variants.fold_igemm.geometry import FOLD_TILE, fold_tiling, folded_rows, split_columns
-from convtune.problem import EPILOGUE_OPS
+from convtune.problem import POINTWISE_OPS
 
 FOLD_BLOCK = 1024  # folded elements per program of the elementwise fold (strides not a power of two; not tuned)
 
@@ -371,7 +371,7 @@ def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precisio
 
 
 # the fold reads any layout (fold)
-HOST = Host(_plan, lambda x, plan: x, run, dtypes=DTYPES, epilogues=EPILOGUE_OPS)
+HOST = Host(_plan, lambda x, plan: x, run, dtypes=DTYPES, epilogues=POINTWISE_OPS)
 launch, prepared = HOST.launch, HOST.prepared
 
 
