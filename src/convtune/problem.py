@@ -45,8 +45,6 @@ BN_EPS = 1e-5  # torch.nn.BatchNorm2d's default, bn_train's
 # output has 1,966,680 of 130,056,192 elements outside allclose(1e-2) of eager torch's, and aten's convolution (cuDNN
 # off) 9,371,399, so no kernel can be judged against torch's there.
 FLOAT32_ONLY_OPS = ("bn_train",)
-BN_TRAIN_16_BITS = ("a batch norm with the batch's statistics turns one unit in the last place of the 16-bit "
-                    "convolution into γ/σ units, past KernelBench's allclose(1e-2) for torch's own other paths")
 
 
 def parse_epilogue(value: Any, key: str = "problem.epilogue") -> tuple[str, ...]:
@@ -123,9 +121,12 @@ class ConvProblem:
             raise ConfigError("problem.init", self.init, "'rand' (uniform [0,1), as KernelBench) or 'randn'")
         if parse_epilogue(self.epilogue) != tuple(self.epilogue):
             raise ConfigError("problem.epilogue", self.epilogue, "a tuple of op names")
-        if self.dtype in HALF_DTYPES and any(op in FLOAT32_ONLY_OPS for op in self.epilogue):
-            raise UnsupportedProblem(f"problem.epilogue: {', '.join(op for op in self.epilogue if op in FLOAT32_ONLY_OPS)} "
-                                     f"in {self.dtype} is not judgeable: {BN_TRAIN_16_BITS}")
+        refused = [op for op in self.epilogue if op in FLOAT32_ONLY_OPS]
+        if self.dtype in HALF_DTYPES and refused:
+            raise UnsupportedProblem(f"problem.epilogue: {', '.join(refused)} in {self.dtype} is not judgeable: a batch "
+                                     "norm with the batch's statistics turns one unit in the last place of the 16-bit "
+                                     "convolution into γ/σ units, past KernelBench's allclose(1e-2) for torch's own "
+                                     "other paths")
         if self.groups != 1:
             raise UnsupportedProblem(f"problem.groups={self.groups} is not supported yet (only 1)")
         if self.out_h < 1 or self.out_w < 1:

@@ -6,7 +6,8 @@ which exist only once every output of the batch does. A kernel that fuses it run
 1. the statistics pass (its STATS constexpr): the convolution and its bias, rounded to the output's dtype as torch's
    batch norm would read it, summed per channel with its squares (`add_batch_stats`) into a float64 [2, C_out] buffer
    by atomic adds; it stores no output. Each tile adds float32 sums of its own rows, so a sum over the 2.03 million
-   positions of KernelBench level 2 #73 is a float64 sum of 15,876 float32 partial sums of 128 values each.
+   positions of KernelBench level 2 #73 is a float64 sum of 16,128 float32 partial sums of 126 values each (a tile
+   of 128 columns on a row of 126).
 2. `normalized` turns the sums into the op's rows (`_bn_rows_kernel`, one small launch): scale = γ/√(var + eps) and
    shift = β − mean·scale, in float64, with var = E[y²] − mean² (float64 keeps the cancellation harmless: the mean of
    a channel is within a few standard deviations of zero in a convolution's output); then the convolution runs again
@@ -27,9 +28,6 @@ import triton.language as tl
 
 from convtune.kernels.epilogue import Epilogue
 from convtune.problem import BN_EPS
-
-BLOCK_C = 256  # channels a program of _bn_rows_kernel
-
 
 @triton.jit
 def add_batch_stats(acc, s_ptr, offs_n, n_mask, m_mask, C_OUT: tl.constexpr, OUT_DTYPE: tl.constexpr):
@@ -93,10 +91,4 @@ def normalized(ep: Epilogue, sums: torch.Tensor, count: int) -> Epilogue:
     every op pointwise."""
     if not ep.chain or ep.chain[0] != "bn_train":
         raise ValueError(f"normalized takes a chain that starts with bn_train, got {list(ep.chain)}")
-    return Epilogue(ep.chain, bn_rows(sums, ep.vectors, count, None, BN_EPS, BLOCK_C), ep.residual)  # type: ignore[arg-type]
-
-
-def torch_sums(y: torch.Tensor) -> torch.Tensor:
-    """What the statistics pass computes, by torch in float64: [2, C] sums of y and y² over (N, H, W)."""
-    y = y.double()
-    return torch.stack((y.sum(dim=(0, 2, 3)), (y * y).sum(dim=(0, 2, 3))))
+    return Epilogue(ep.chain, bn_rows(sums, ep.vectors, count, None, BN_EPS), ep.residual)  # type: ignore[arg-type]

@@ -59,8 +59,9 @@ def make_inputs(p: ConvProblem, seed: int, device: torch.device) -> tuple[torch.
 def make_epilogue(p: ConvProblem, seed: int, device: torch.device) -> Epilogue:
     """The tensors of the problem's epilogue (NO_EPILOGUE without one), from a generator of their own (seed + 1), so
     that a fused problem's input, weight and bias are its convolution's alone: a bn's (or bn_train's) scale uniform in
-    [0.5, 1.5) and shift in [-0.5, 0.5), a scale's factors uniform in [0.5, 1.5), a bias's shift as the convolution's bias is drawn, a residual uniform in [-1, 1) in the
-    output's layout; in the problem's dtype, as torch's chain would hold them."""
+    [0.5, 1.5) and shift in [-0.5, 0.5), a scale's factors uniform in [0.5, 1.5), a bias's shift as the convolution's
+    bias is drawn, a residual uniform in [-1, 1) in the output's layout; in the problem's dtype, as torch's chain would
+    hold them."""
     if not p.epilogue:
         return NO_EPILOGUE
     g = torch.Generator(device=device).manual_seed(seed + 1)

@@ -15,8 +15,10 @@ A chain that starts with bn_train (a batch norm with the batch's statistics) run
 (STATS) and the convolution with the batch's rows (kernels/batch_stats.py).
 
 A tile is BLOCK_M columns of one output row: a row narrower than BLOCK_M leaves the rest of the tile idle (OW 126
-at BLOCK_M 128: 98 % used; OW 56: 44 %). The K loop runs over taps × channel blocks, as nhwc_igemm's; tiles are taken
-in groups of GROUP_M row tiles per column tile.
+at BLOCK_M 128: 98 % used; OW 56: 44 %). The K loop runs over taps × channel blocks, as nhwc_igemm's, or, for few
+channels without column padding or dilation, over kernel rows × blocks of a row's KW·C contiguous values, one box of an
+overlapping view of the input each (window_fits, window_view); tiles are taken in groups of GROUP_M row tiles per
+column tile.
 
 What it takes (make_plan refuses the rest): stride 1, input channels whose rows are 16-byte aligned (C_in a multiple
 of 4 in float32, 8 in 16 bits: TMA's strides), precision tf32 or tf32x3 in float32 or a 16-bit dtype, BLOCK_M up to
@@ -64,7 +66,7 @@ SPACE = Space("nhwc_tma", (
 
 @triton.jit(do_not_specialize=["N"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_tma_kernel(
-    x_desc, w_desc, b_ptr, y_ptr, e_ptr, r_ptr, N,  # x_desc: [N, H, W, C]; w_desc: the packed weight [C_OUT, K]
+    x_desc, w_desc, b_ptr, y_ptr, e_ptr, r_ptr, N,  # x_desc: [N, H, W, C] or [N, H, OW, KW·C]; w_desc: [C_OUT, K]
     C: tl.constexpr, C_OUT: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
     PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, OUT_CL: tl.constexpr,
@@ -162,7 +164,8 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     cx = dict(C=g.c, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, PH=g.padding[0], PW=g.padding[1],
               DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias,
               PRECISION=dot_precision(precision) if element_bytes == 4 else "tf32", OUT_CL=out_cl,
-              EPILOGUE=code(chain), STATS=False, WINDOW=window, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
+              EPILOGUE=code(chain), STATS=False, WINDOW=window, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N,
+              BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
               num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
     rounds = element_bytes == 4 and precision == "tf32"
     return LaunchPlan(_grid(cx, g.n), (g.n, g.c_out, g.oh, g.ow), rounds, cx, tuple(sorted(cx.items())))
@@ -208,8 +211,8 @@ def kernel_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 
 
 def descriptors(x: torch.Tensor, wp: torch.Tensor, cx: dict) -> tuple[Any, Any]:
-    """TMA descriptors of the channels_last input as [N, H, W, C] (a box: one row's BLOCK_M columns) and of the packed
-    weight as [C_out, K]."""
+    """TMA descriptors of the channels_last input as [N, H, W, C] (a box: one row's BLOCK_M columns), or as its row
+    window where the plan takes it, and of the packed weight as [C_out, K]."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     nhwc = x.permute(0, 2, 3, 1)
