@@ -297,6 +297,28 @@ BN_TRAIN_FILE_CHECK = (
     "torch.testing.assert_close((mean, var), (bn.running_mean, bn.running_var), rtol=1e-5, atol=1e-6)\n"
     "print('ok')\n")
 
+# At tf32x3, from TWO_PRODUCTS_MIN_COUNT positions up (1 here), the statistics come from two TF32 products: the input
+# rounded, the weight whole (its rounding and remainder); the output is the exact convolution normalized by those
+# statistics
+SPLIT_FILE_CHECK = (
+    "import importlib.util, sys, torch, torch.nn.functional as F\n"
+    "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(m)\n"
+    "assert m.PRODUCTS == 3; m.TWO_PRODUCTS_MIN_COUNT = 1\n"
+    "torch.manual_seed(0); conv = torch.nn.Conv2d(8, 20, 3, padding=(2, 1))\n"
+    "w, b = conv.weight.detach(), conv.bias.detach()\n"
+    "x = torch.rand(2, 8, 19, 17)\n"
+    "r = lambda t: ((t.view(torch.int32) + 0xFFF + ((t.view(torch.int32) >> 13) & 1)) & -8192).view(torch.float32)\n"
+    "exact = F.conv2d(x.double(), w.double(), b.double(), 1, (2, 1))\n"
+    "stats = F.conv2d(r(x).double(), w.double(), b.double(), 1, (2, 1))\n"
+    "norm = lambda s: (exact - s.mean((0, 2, 3), keepdim=True))"
+    " / (s.var((0, 2, 3), unbiased=False, keepdim=True) + 1e-5).sqrt() * 2.0\n"
+    "assert (norm(exact) - norm(stats)).abs().max() > 1e-4  # the input's rounding shows on 646 positions\n"
+    "vectors = torch.zeros(4, 20); vectors[0] = 1.0; vectors[2] = 2.0\n"
+    "y = m.conv2d_triton(x, w, b, None, vectors)\n"
+    "torch.testing.assert_close(y.double(), norm(stats), rtol=1e-5, atol=2e-5)\n"
+    "print('ok')\n")
+
 
 def test_export_of_a_training_batch_norm_runs_its_statistics_pass_and_moves_the_running_statistics(
         capsys, tmp_path, store, pins_file):
@@ -310,6 +332,10 @@ def test_export_of_a_training_batch_norm_runs_its_statistics_pass_and_moves_the_
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}  # no convtune on the path
     env["TRITON_INTERPRET"] = "1"
     r = preloaded.run([sys.executable, "-c", BN_TRAIN_FILE_CHECK, str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    split = tmp_path / "split.py"
+    assert run_export(compose(*args, "kernel=nhwc_tma", "precision=tf32x3", f"export_path={split}")) == 0
+    r = preloaded.run([sys.executable, "-c", SPLIT_FILE_CHECK, str(split)], cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
     with pytest.raises(UnsupportedProblem, match="nhwc_igemm does not fuse the epilogue bn_train,scale; kernels that "
                                                  "do: nhwc_tma"):

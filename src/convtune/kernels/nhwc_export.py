@@ -20,12 +20,13 @@ from convtune.kernels.nhwc_tiles import GROUP_M, tma_fits
 
 
 def render(p: Any, m: dict, precision: str, provenance: str, kernel: Any, launch: str, input_rounded: bool,
-           capability: tuple[int, int], k_steps: Optional[int] = None) -> str:
+           capability: tuple[int, int], k_steps: Optional[int] = None, helpers: tuple = ()) -> str:
     """The file: `kernel` (a jit function) launched by `launch` (the source of conv2d_triton(x, weight, bias,
     packed=None, vectors=None), which reads the names the header defines). `input_rounded`: the kernel takes its
     input rounded to nearest TF32 where the precision rounds; `capability`: the compute capability the variant
     declares (KernelVariant.compute_capability), below which the file runs the Model's own ops; `k_steps`: the K
-    loop's steps where they are not taps × channel blocks (the pipeline's stages are no more)."""
+    loop's steps where they are not taps × channel blocks (the pipeline's stages are no more); `helpers`: the jit
+    functions `kernel` calls besides the shared ones (rounding, epilogue, statistics)."""
     chain = level2_chain(p) if p.epilogue else ()
     rounds = prec.rounds_operands(prec.kernel_precision(precision, p.dtype))
     k_steps = k_steps or p.kernel_h * p.kernel_w * -(-p.in_channels // m["BLOCK_K"])
@@ -91,4 +92,5 @@ def to_channels_last(x):
     imports = IMPORTS + "from triton.tools.tensor_descriptor import TensorDescriptor\n"
     stats = source_of(batch_stats.add_batch_stats, batch_stats._bn_rows_kernel, batch_stats.bn_rows)
     return ("\n\n".join((imports, rounding, epilogue_source(), stats, source_of(layout._nchw_to_nhwc_kernel),
-                         source_of(kernel))) + "\n" + header + "\n\n" + launch.strip("\n") + "\n" + model_new(p, forward))
+                         source_of(*helpers, kernel))) + "\n" + header + "\n\n" + launch.strip("\n") + "\n"
+            + model_new(p, forward))

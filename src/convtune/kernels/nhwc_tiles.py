@@ -23,6 +23,7 @@ TF32_TIES = "even"
 
 
 _packed = WeightCache()  # the weight in [C_out, KH, KW, C_in] order (TF32-rounded for tf32), until it changes
+_split = WeightCache()  # split_weight's
 
 
 def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
@@ -36,6 +37,20 @@ def pack_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
 
 def packed_weight(weight: torch.Tensor, round_tf32: bool) -> torch.Tensor:
     return _packed.get(weight, (round_tf32,), lambda w: pack_weight(w, round_tf32))
+
+
+def pack_split(weight: torch.Tensor) -> torch.Tensor:
+    """pack_weight's order as [2·C_out, KH, KW, C_in]: the weight rounded to nearest TF32, then what that rounding
+    left. TF32 products with the two are within about 2^-21 of products with the float32 weight (the MMA truncates
+    the remainder to TF32)."""
+    full = pack_weight(weight, False)
+    high = round_to_tf32_even(full)
+    return torch.cat((high, full - high))
+
+
+def split_weight(weight: torch.Tensor) -> torch.Tensor:
+    """pack_split's, until the weight changes (a cache of its own: a call may take both forms)."""
+    return _split.get(weight, (), pack_split)
 
 
 def tma_fits(c_in: int, element_bytes: int = 4) -> bool:

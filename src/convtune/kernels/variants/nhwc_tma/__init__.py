@@ -9,7 +9,8 @@ pipelined num_stages deep, with A read by the MMA straight from shared memory. T
 TF32 (ties to even, cuDNN's rule at stride 1) from the channels_last copy, which an NCHW input needs anyway
 (layout.to_channels_last); the weight is rounded once, when packed. At tf32x3 (for the layers cuDNN runs in full
 float32, KernelBench level 2 #73's 8-channel convolution among them: 9.7e-7 from the exact sum, 5.2e-4 from the sum
-of TF32-rounded operands) nothing is rounded and Triton's dot splits each tile into TF32 halves in registers.
+of TF32-rounded operands) the input comes as it is and each step runs three TF32 products (_step): the weight's TF32
+halves come by TMA from a split copy made once (nhwc_tiles.split_weight), the input's tile is split in registers.
 
 A chain that starts with bn_train (a batch norm with the batch's statistics) runs the kernel twice: a statistics pass
 (STATS) and the convolution with the batch's rows (kernels/batch_stats.py).
@@ -27,7 +28,6 @@ of 4 in float32, 8 in 16 bits: TMA's strides), precision tf32 or tf32x3 in float
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -38,22 +38,23 @@ import triton.language as tl
 from convtune.errors import UnsupportedProblem
 from convtune.kernels import batch_stats, llvm_opt
 from convtune.kernels.batch_stats import add_batch_stats
-from convtune.kernels.base import KernelVariant, Knob, Space, log_uniform_int, plan_refuses, register
-from convtune.kernels.conv_args import ConvGeometry, out_size
+from convtune.kernels.base import KernelVariant, Knob, Space, plan_refuses, register
+from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.identity import kernel_identity
 from convtune.kernels.layout import _nchw_to_nhwc_kernel, _round_tf32_kernel, to_channels_last
 from convtune.kernels.meta import Meta, safe_stages
-from convtune.kernels.nhwc_tiles import GROUP_M, TF32_TIES, pack_weight, packed_weight
-from convtune.kernels.precision import CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even_bits, round_tf32_even_ptx, round_to_tf32_even
+from convtune.kernels.nhwc_tiles import GROUP_M, TF32_TIES, pack_split, pack_weight, packed_weight, split_weight
+from convtune.kernels.precision import (CVT_RN_TF32_CAPABILITY, dot_precision, round_tf32_even, round_tf32_even_bits,
+                                        round_tf32_even_ptx, round_to_tf32_even)
 from convtune.kernels.selfcheck import agrees, check_epilogue, sums_agree
 from convtune.problem import EPILOGUE_OPS
 
 RESTRICTED_TO = ("stride 1, input channels a multiple of 4 in float32 (8 in 16 bits), precision tf32 or tf32x3 or a "
                  "16-bit dtype, BLOCK_M up to 256")
 # float32's math it takes: tf32 (the input and weight come rounded to TF32, the MMA takes them as they are) and tf32x3
-# (three TF32 products a multiply, for the layers cuDNN runs in full float32: Triton splits each tile in registers)
+# (three TF32 products a multiply, for the layers cuDNN runs in full float32: _step)
 PRECISIONS = ("tf32", "tf32x3")
 DTYPES = ("float32", "bfloat16", "float16")
 COMPUTE_CAPABILITY = CVT_RN_TF32_CAPABILITY  # sm_90: TMA, and the input copy's cvt.rn.tf32
@@ -64,6 +65,31 @@ SPACE = Space("nhwc_tma", (
 ))
 
 
+@triton.jit
+def _step(acc, a, w_desc, row, k, C_OUT: tl.constexpr, PRECISION: tl.constexpr, PRODUCTS: tl.constexpr):
+    """acc + a · the weight's tile at (row, k). PRODUCTS 1: one dot at PRECISION. PRODUCTS 3 (tf32x3) or 2
+    (stats_pass): TF32 products, with the weight split when packed (split_weight: its TF32 rounding, and from row
+    C_OUT on the remainder) and the tile of `a` split here into its rounding to nearest TF32 and the remainder:
+    high·rest + rest·high + high·high (2: without rest·high) summed by the MMAs into a sum of the step's own, then
+    added to acc. Why so (H200, Triton 3.6):
+    - the MMA truncates each sum it adds to: with the products summed into acc itself, 7 of 40 random shapes with
+      long K loops missed float64 by more than verify's 1e-5 (up to 3.2e-5); with high·high alone summed into acc, 1
+      (1.06e-5); Triton's own tf32x3 (it splits the weight in registers too, every step, and stores its halves back
+      to shared memory for the MMA) and this, none;
+    - the add makes the step's MMAs finish before the next step: left in flight across steps, with A from registers,
+      they gave nondeterministic outputs (BLOCK_K 16, 4 warps, 3 stages: 8.3e-4 from float64)."""
+    b = w_desc.load([row, k]).T
+    if PRODUCTS == 1:
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    else:
+        high = round_tf32_even(a)
+        step = tl.dot(high, w_desc.load([C_OUT + row, k]).T, input_precision="tf32")
+        if PRODUCTS == 3:
+            step = tl.dot(a - high, b, step, input_precision="tf32")
+        acc += tl.dot(high, b, step, input_precision="tf32")
+    return acc
+
+
 @triton.jit(do_not_specialize=["N"])  # one binary for every batch: the one-time check (batch 1) checks it
 def _conv2d_nhwc_tma_kernel(
     x_desc, w_desc, b_ptr, y_ptr, e_ptr, r_ptr, N,  # x_desc: [N, H, W, C] or [N, H, OW, KW·C]; w_desc: [C_OUT, K]
@@ -72,6 +98,7 @@ def _conv2d_nhwc_tma_kernel(
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, OUT_CL: tl.constexpr,
     EPILOGUE: tl.constexpr,  # the fused chain (kernels/epilogue.py; 0: none): vectors at e_ptr, residual at r_ptr
     STATS: tl.constexpr,  # bn_train's statistics pass (kernels/batch_stats.py): sums into r_ptr, no store
+    PRODUCTS: tl.constexpr,  # 1: one dot at PRECISION; 3 (tf32x3) or 2 (stats_pass): TF32 products (_step)
     WINDOW: tl.constexpr,  # x_desc is the row-window view (window_view): K steps over kernel rows, not taps
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
     LLVM_OPT: tl.constexpr,  # unused in the body: keys the compile cache by kernels.llvm_opt's level
@@ -99,8 +126,7 @@ def _conv2d_nhwc_tma_kernel(
             kb = (t % KW_BLOCKS) * BLOCK_K
             # zeros outside: the padding rows, columns past OW, values past KW·C (whose weights are the next row's)
             a = x_desc.load([img, oh + kh * DH - PH, ow0, kb]).reshape(BLOCK_M, BLOCK_K)
-            b = w_desc.load([pid_n * BLOCK_N, kh * KWC + kb]).T
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            acc = _step(acc, a, w_desc, pid_n * BLOCK_N, kh * KWC + kb, C_OUT, PRECISION, PRODUCTS)
     else:
         C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
         for t in range(KH * KW * C_BLOCKS):  # pipelined num_stages deep
@@ -108,8 +134,7 @@ def _conv2d_nhwc_tma_kernel(
             cb = (t % C_BLOCKS) * BLOCK_K
             # zeros outside the input: the padding, columns past W, channels past C (whose weights are the next tap's)
             a = x_desc.load([img, oh + (tap // KW) * DH - PH, ow0 + (tap % KW) * DW - PW, cb]).reshape(BLOCK_M, BLOCK_K)
-            b = w_desc.load([pid_n * BLOCK_N, tap * C + cb]).T
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            acc = _step(acc, a, w_desc, pid_n * BLOCK_N, tap * C + cb, C_OUT, PRECISION, PRODUCTS)
 
     ow = ow0 + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -164,8 +189,8 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
     cx = dict(C=g.c, C_OUT=g.c_out, OH=g.oh, OW=g.ow, KH=g.kh, KW=g.kw, PH=g.padding[0], PW=g.padding[1],
               DH=g.dilation[0], DW=g.dilation[1], HAS_BIAS=has_bias,
               PRECISION=dot_precision(precision) if element_bytes == 4 else "tf32", OUT_CL=out_cl,
-              EPILOGUE=code(chain), STATS=False, WINDOW=window, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N,
-              BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
+              EPILOGUE=code(chain), STATS=False, PRODUCTS=3 if element_bytes == 4 and precision == "tf32x3" else 1,
+              WINDOW=window, BLOCK_M=meta.BLOCK_M, BLOCK_N=meta.BLOCK_N, BLOCK_K=meta.BLOCK_K, GROUP=GROUP_M,
               num_warps=meta.num_warps, num_stages=safe_stages(meta.num_stages, k_steps))
     rounds = element_bytes == 4 and precision == "tf32"
     return LaunchPlan(_grid(cx, g.n), (g.n, g.c_out, g.oh, g.ow), rounds, cx, tuple(sorted(cx.items())))
@@ -190,10 +215,23 @@ def window_view(nhwc: torch.Tensor, ow: int, kw: int) -> torch.Tensor:
     return nhwc.as_strided((n, h, ow, kw * c), (h * w * c, w * c, c, 1), nhwc.storage_offset())
 
 
-def stats_pass(plan: LaunchPlan) -> LaunchPlan:
-    """The plan of bn_train's statistics pass (kernels/batch_stats.py) before `plan`: the same tiles, no epilogue, sums
-    instead of a store."""
-    cx = {**plan.constexprs, "EPILOGUE": 0, "STATS": True}
+# bn_train's statistics at tf32x3 take two TF32 products, not three (stats_pass), over this many output positions or
+# more (KernelBench level 2 #73: 2.03 million): the input's rounding errors average out as 1/√count. On random shapes of
+# 66k-260k positions the chain's worst error from float64 was 1.06e-4 with two, 8.8e-5 with three (cuDNN's 2.8e-5)
+TWO_PRODUCTS_MIN_COUNT = 1 << 20
+
+
+def stats_pass(plan: LaunchPlan, count: int) -> LaunchPlan:
+    """The plan of bn_train's statistics pass (kernels/batch_stats.py) before `plan`, over `count` output positions
+    a channel: the same tiles, no epilogue, sums instead of a store. At tf32x3, from TWO_PRODUCTS_MIN_COUNT positions
+    up, two TF32 products instead of three (_step): the input rounded to nearest, times the weight's TF32 rounding
+    and its remainder. The input's rounding is unbiased and averages out over the batch; a rounded weight's error is
+    the same at every position and would not (KernelBench level 2 #73 in float64 on the CPU, 32 images: the output
+    1.4e-5 from the exact chain's, 0.04 of allclose(1e-4); with the weight rounded too 1.9e-3, 16x allclose, the mean
+    off by 8e-4 σ: the input's mean is 0.5)."""
+    products = plan.constexprs["PRODUCTS"]
+    products = 2 if products == 3 and count >= TWO_PRODUCTS_MIN_COUNT else products
+    cx = {**plan.constexprs, "EPILOGUE": 0, "STATS": True, "PRODUCTS": products}
     return LaunchPlan(plan.grid, plan.out_shape, plan.rounds, cx, tuple(sorted(cx.items())))
 
 
@@ -212,13 +250,27 @@ def kernel_input(x: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
 
 def descriptors(x: torch.Tensor, wp: torch.Tensor, cx: dict) -> tuple[Any, Any]:
     """TMA descriptors of the channels_last input as [N, H, W, C] (a box: one row's BLOCK_M columns), or as its row
-    window where the plan takes it, and of the packed weight as [C_out, K]."""
+    window where the plan takes it, and of the packed weight (weight_descriptor)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     nhwc = x.permute(0, 2, 3, 1)
     nhwc = window_view(nhwc, cx["OW"], cx["KW"]) if cx["WINDOW"] else nhwc
-    return (TensorDescriptor.from_tensor(nhwc, [1, 1, cx["BLOCK_M"], cx["BLOCK_K"]]),
-            TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]]))
+    return TensorDescriptor.from_tensor(nhwc, [1, 1, cx["BLOCK_M"], cx["BLOCK_K"]]), weight_descriptor(wp, cx)
+
+
+def weight_operand(weight: torch.Tensor, plan: LaunchPlan, cached: bool = True) -> torch.Tensor:
+    """The weight as the plan's kernel reads it: split_weight's halves for TF32 products, else packed (and rounded
+    where the plan rounds); `cached`: kept until the weight changes (nhwc_tiles)."""
+    if plan.constexprs["PRODUCTS"] > 1:
+        return split_weight(weight) if cached else pack_split(weight)
+    return packed_weight(weight, plan.rounds) if cached else pack_weight(weight, plan.rounds)
+
+
+def weight_descriptor(wp: torch.Tensor, cx: dict) -> Any:
+    """The packed weight's TMA descriptor as [rows, K] (rows: C_out, or 2·C_out for split_weight)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(wp.view(wp.shape[0], -1), [cx["BLOCK_N"], cx["BLOCK_K"]])
 
 
 _binaries = BoundLaunches("nhwc_tma", lambda: _conv2d_nhwc_tma_kernel, 7)
@@ -229,19 +281,30 @@ def run(plan: LaunchPlan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     """Launch a plan on tensors that match it (`x` channels_last-contiguous and rounded as kernel_input makes it,
     `out` in the plan's layout); a chain that starts with bn_train runs the statistics pass first. Returns the compiled
     kernel (the pass that writes `out`) and the LLVM level it was compiled at."""
-    wp = packed_weight(weight, plan.rounds)
+    wp = weight_operand(weight, plan)
     b = bias if bias is not None else out
     xd, wd = descriptors(x, wp, plan.constexprs)
     n = x.shape[0]
     if epilogue.chain[:1] == ("bn_train",):
-        sums, first = batch_stats.new_sums(out.shape[1], x.device), stats_pass(plan)
-        _one_pass(first, xd, wd, b, out, out, sums, n, x, wp,
-                  lambda lvl: _stats_right_at(lvl, first, x, weight, bias, out))
-        epilogue = batch_stats.normalized(epilogue, sums, n * out.shape[2] * out.shape[3])
+        epilogue = batch_stats.normalized(epilogue, statistics(plan, x, xd, weight, bias, out),
+                                          n * out.shape[2] * out.shape[3])
     e = epilogue.vectors if epilogue.vectors is not None else out
     r = epilogue.residual_as(plan.constexprs["OUT_CL"]) if epilogue.residual is not None else out
     return _one_pass(plan, xd, wd, b, out, e, r, n, x, wp,
                      lambda lvl: _right_at(lvl, plan, x, weight, bias, out, epilogue))
+
+
+def statistics(plan: LaunchPlan, x: torch.Tensor, xd: Any, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               out: torch.Tensor) -> torch.Tensor:
+    """bn_train's sums over the batch (batch_stats.new_sums' buffer) from the statistics pass before `plan`; `xd`: the
+    input's descriptor (descriptors)."""
+    n = x.shape[0]
+    first = stats_pass(plan, n * out.shape[2] * out.shape[3])
+    wp = weight_operand(weight, first)
+    sums = batch_stats.new_sums(out.shape[1], x.device)
+    _one_pass(first, xd, weight_descriptor(wp, first.constexprs), bias if bias is not None else out, out, out, sums,
+              n, x, wp, lambda lvl: _stats_right_at(lvl, first, x, weight, bias, out))
+    return sums
 
 
 def _one_pass(plan: LaunchPlan, xd: Any, wd: Any, b: torch.Tensor, out: torch.Tensor, e: torch.Tensor,
@@ -277,7 +340,7 @@ def _right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch.Tenso
     ep = check_epilogue(epilogue, t.out)
     if ep.chain[:1] == ("bn_train",):  # the second pass: a bn with rows as given
         ep = Epilogue(("bn",) + ep.chain[1:], ep.vectors, ep.residual)
-    xd, wd = descriptors(t.x, pack_weight(t.weight, plan.rounds), cx)
+    xd, wd = descriptors(t.x, weight_operand(t.weight, plan, cached=False), cx)
     with llvm_opt.compiling_at(level):
         _launch(plan, xd, wd, t.bias if t.bias is not None else t.out, t.out,
                 ep.vectors if ep.vectors is not None else t.out, ep.residual if ep.residual is not None else t.out,
@@ -291,11 +354,11 @@ def _stats_right_at(level: str, plan: LaunchPlan, x: torch.Tensor, weight: torch
     cx = plan.constexprs
     t = _one_image(plan, x, weight, bias, out)
     sums = batch_stats.new_sums(out.shape[1], x.device)
-    xd, wd = descriptors(t.x, pack_weight(t.weight, plan.rounds), cx)
+    xd, wd = descriptors(t.x, weight_operand(t.weight, plan, cached=False), cx)
     with llvm_opt.compiling_at(level):
         _launch(plan, xd, wd, t.bias if t.bias is not None else t.out, t.out, t.out, sums, 1, level)
     return sums_agree(sums, t.x, t.weight, t.bias, (1, 1), (cx["PH"], cx["PW"]), (cx["DH"], cx["DW"]),
-                      cx["PRECISION"], t.out.dtype)
+                      "tf32" if cx["PRODUCTS"] == 2 else cx["PRECISION"], t.out.dtype)  # 2: the input's rounding
 
 
 def _plan(x: torch.Tensor, g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_cl: bool,
@@ -315,38 +378,16 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
                 num_warps=4, num_stages=3)
 
 
-def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
-    """verify's case draw: a case in nhwc_tma's family (make_plan): stride 1, input channels a multiple of 8 (either
-    dtype), kernels 1-7 with padding up to half of them and dilation 1-2, inputs of 1-60 rows by 1-300 columns (3-12
-    by 8-20 when small), batch 1-4; the default configuration or a random one."""
-    while True:
-        kh, kw = rng.randint(1, 7), rng.randint(1, 7)
-        ph, pw = rng.randint(0, kh // 2), rng.randint(0, kw // 2)
-        dh, dw = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
-        h = rng.randint(3, 12) if small else rng.randint(1, 60)
-        w = rng.randint(8, 20) if small else rng.randint(1, 300)
-        if out_size(h, kh, 1, ph, dh) >= 1 and out_size(w, kw, 1, pw, dw) >= 1:
-            break
-    c = 8 * (rng.randint(1, 3) if small else log_uniform_int(rng, 1, 32))
-    meta = None if rng.random() < 0.4 else dict(
-        BLOCK_M=64 if small else rng.choice([64, 128, 256]), BLOCK_N=64 if small else rng.choice([64, 128]),
-        BLOCK_K=rng.choice([16, 32]), num_warps=rng.choice([4, 8]), num_stages=rng.choice([2, 3, 4]))
-    return dict(n=rng.randint(1, 2) if small else rng.choice([1, 2, 3, 4]), c=c, h=h, w=w,
-                k=rng.randint(1, 40) if small else log_uniform_int(rng, 1, 256), kh=kh, kw=kw, stride=(1, 1),
-                padding=(ph, pw), dilation=(dh, dw), bias=rng.random() < 0.7, offset=rng.choice([0, 0, 1, 2, 3]),
-                init=rng.choice(["rand", "randn"]), meta=meta, seed=rng.randrange(2**31),
-                layout=rng.choice(["nchw", "channels_last"]))
-
-
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_tma_kernel, round_tf32_even_bits, round_tf32_even_ptx,
+SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_tma_kernel, _step, round_tf32_even_bits, round_tf32_even_ptx,
                                         _nchw_to_nhwc_kernel, _round_tf32_kernel])
-# before bn_train's statistics pass and the row-window loop: a binary without STATS, of a shape the window does not
-# take, computes as it did (the level 2 #1 pins' among them: 64 channels)
+# before bn_train's statistics pass, the row-window loop and tf32x3's own products: a binary at tf32 or in 16 bits
+# without STATS, of a shape the window does not take, computes as it did (the level 2 #1 pins' among them: 64 channels)
 PREVIOUS_SOURCE_HASHES = ("37662fa1aa17",)
 
 
+from convtune.kernels.variants.nhwc_tma.cases import draw_case  # noqa: E402
 from convtune.kernels.variants.nhwc_tma.export import render_kernelbench  # noqa: E402
 
 register(KernelVariant(
