@@ -255,16 +255,21 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "if not (Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'ptxas').exists():\n"
         "    print('skip: this Triton ships no ptxas'); sys.exit(0)\n"
         "g = geometry(torch.empty(2, 3, 224, 224, device='meta'), torch.empty(96, 3, 11, 11, device='meta'), 4, 2, 1)\n"
-        "for dt, nwg, out_cl, bias in (('fp32', 2, False, True), ('fp32', 1, True, False), ('bf16', 2, False, True),"
-        " ('fp16', 1, True, False)):\n"
+        "from convtune.kernels.epilogue import code\n"
+        "for dt, nwg, out_cl, bias, chain in (('fp32', 2, False, True, ()), ('fp32', 1, True, False, ()),"
+        " ('bf16', 2, False, True, ()), ('fp16', 1, True, False, ()), ('fp32', 2, False, True, ('bn', 'add', 'relu')),"
+        " ('bf16', 1, True, False, ('bias', 'gelu'))):\n"
         "    l1, l2 = kernel.weight_layouts(kernel.GL_DTYPES[{'fp32': 'float32', 'bf16': 'bfloat16', 'fp16': 'float16'}[dt]])\n"
         "    sig = {'x_ptr': f'*{dt}', 'w1_desc': f'tensordesc<{dt}[64, 16],{l1!r}>',"
-        " 'w2_desc': f'tensordesc<{dt}[32, 16],{l2!r}>', 'b_ptr': f'*{dt}', 'y_ptr': f'*{dt}', 'n_rows': 'i32'}\n"
+        " 'w2_desc': f'tensordesc<{dt}[32, 16],{l2!r}>', 'b_ptr': f'*{dt}', 'y_ptr': f'*{dt}', 'e_ptr': '*fp32',"
+        " 'r_ptr': f'*{dt}', 'n_rows': 'i32'}\n"
         "    half = dt != 'fp32'\n"
-        "    plan = fg.make_plan(g, bias, Meta(64, 128, 16, 4, nwg), 'tf32_trunc' if half else 'tf32', out_cl, 2 if half else 4)\n"
+        "    plan = fg.make_plan(g, bias, Meta(64, 128, 16, 4, nwg), 'tf32_trunc' if half else 'tf32', out_cl,"
+        " 2 if half else 4, chain)\n"
+        "    assert plan.constexprs['EPILOGUE'] == code(chain)\n"
         "    cx = {**plan.constexprs, 'LLVM_OPT': 'O3'}\n"
         "    src = GluonASTSource(kernel._conv2d_fused_gluon_kernel, {**sig, **{n: 'constexpr' for n in cx}}, cx)\n"
-        "    src.attrs = {(i,): [['tt.divisibility', 16]] for i in (0, 3, 4)}  # 16-byte aligned, as a launch specialises\n"
+        "    src.attrs = {(i,): [['tt.divisibility', 16]] for i in (0, 3, 4, 5, 6)}  # 16-byte aligned, as a launch specialises\n"
         "    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32),"
         " options={'num_warps': 4, 'maxnreg': fg.LAUNCH_REGISTERS[nwg]})\n"
         "    ptx = compiled.asm['ptx']\n"
@@ -277,6 +282,13 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
         "    loads = set(re.findall(r'ld[.]global[.]\\w+', ptx))\n"
         "    assert 'ld.global.b32' in loads and loads <= {'ld.global.b32', 'ld.global.b16'}, (dt, loads)\n"
         "    assert ptx.count('ld.global.b16') <= (1 if half and bias else 0), (dt, ptx.count('ld.global.b16'))  # the bias\n"
+        "    # the store warps read the epilogue's vectors (e_ptr) and residual (r_ptr) where the chain has them: the 4th and\n"
+        "    # 5th global pointers among the parameters (x, b, y, e, r; the descriptors' are not)\n"
+        "    ptrs = re.findall(r'[.]param [.]u64 [.]ptr [.]global [.]align \\d+ (\\w+)', ptx)\n"
+        "    reads = {arg for arg, name in (('e', ptrs[3]), ('r', ptrs[4])) if f'[{name}]' in ptx}\n"
+        "    assert reads == {arg for arg, used in (('e', {'bn', 'bias'} & set(chain)), ('r', 'add' in chain)) if used}, (chain, reads)\n"
+        "    # relu's max, gelu's erf (a polynomial with an exp2): in the store warps only\n"
+        "    assert ('max.f32' in ptx) == ('relu' in chain) and ('ex2.approx' in ptx) == ('gelu' in chain), (chain, dt)\n"
         "    # the weight (162 KB, 81 KB in 16 bits), each warpgroup's float32 row buffer (24 KB), the bias where there is one\n"
         "    least = 27 * 96 * 16 * (2 if half else 4) + nwg * 64 * 96 * 4 + (128 * 4 if bias else 0)\n"
         "    assert compiled.metadata.shared >= least, (compiled.metadata.shared, least)\n"
@@ -290,6 +302,28 @@ def test_the_gluon_source_compiles_for_sm90_with_the_installed_triton():
     if r.stdout.strip().startswith("skip:"):
         pytest.skip(r.stdout.strip()[len("skip: "):])
     assert r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_it_fuses_the_pointwise_epilogues_into_its_plan_and_refuses_bn_train_and_a_fused_export():
+    """Its store warps apply a chain (kernels/epilogue.apply_epilogue): the registry says which ops, the plan carries
+    the chain's code as the kernel's EPILOGUE, and a chain it does not fuse, or a fused problem's export, is refused
+    in one line. Its fused outputs are GPU-only: tests/gpu_scripts/fused_gluon.py and verify's fused cases."""
+    from convtune.kernels.epilogue import Epilogue, code
+    from convtune.problem import ConvProblem
+
+    v = get_variant("fused_gluon")
+    assert v.fuses(("bn", "add", "relu")) and v.fuses(("bias", "gelu", "scale")) and not v.fuses(("bn_train",))
+    plan = fg.make_plan(_geometry(**L1_50), True, META, "tf32", chain=("bn", "add", "relu"))
+    assert plan.constexprs["EPILOGUE"] == code(("bn", "add", "relu")) != 0
+    assert fg.make_plan(_geometry(**L1_50), True, META, "tf32").constexprs["EPILOGUE"] == 0
+    x, w = torch.rand(1, 3, 32, 32), torch.rand(8, 3, 11, 11)
+    with pytest.raises(UnsupportedProblem, match="fuses bias, bn, .*, not bn_train"):
+        v.library.checked_plan(x, w, None, 4, 2, 1, META, "tf32", None, 1,
+                               Epilogue(("bn_train",), torch.rand(2, 8)))
+    fused = ConvProblem("alexnet_conv1_relu", 2, 3, 224, 224, 96, 11, 11, (4, 4), (2, 2), epilogue=("relu",))
+    with pytest.raises(UnsupportedProblem, match="fused_gluon's export writes a level-1 convolution; "
+                                                 "alexnet_conv1_relu has the epilogue relu"):
+        fg.render_kernelbench(fused, META.as_dict(), "tf32", "test")
 
 
 def test_it_is_a_library_kernel_restricted_to_its_family():

@@ -74,8 +74,15 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
     pairs += [(n, "float16") for n, v in sorted(VARIANTS.items()) if v.interpreted and v.takes_dtype("float16")]
     assert {n for n, p in pairs if p == "float16"} >= {"implicit_gemm", "fold_igemm", "nhwc_igemm", "nchw_1x1"}
     # and one case with a random epilogue (a quarter of --shapes, at least one) per variant that fuses one and dtype
+    # (at tf32, or at tf32x3 where its chain has bn_train: verify_cases.BN_TRAIN_PRECISIONS)
+    from convtune.commands.verify_cases import make_cases
+
     fused = [(n, "tf32" if d == "float32" else d) for n, v in sorted(VARIANTS.items()) if v.interpreted and v.epilogues
              for d in ("float32", "float16") if v.takes_dtype(d)]
+    drawn = make_cases([n for n, _ in fused], ["tf32"], 2, 7, True, ("float32", "float16"), 1)
+    with_bn_train = {(c.variant, "tf32") for c in drawn if "bn_train" in c.epilogue}
+    assert all(c.precision == "tf32x3" for c in drawn if "bn_train" in c.epilogue) and with_bn_train
+    fused = [(n, "tf32x3" if (n, p) in with_bn_train else p) for n, p in fused]
     assert {n for n, _ in fused} >= {"implicit_gemm"}
     total = 2 * len(pairs) + len(fused)
     assert f"verify: {total} cases (2 per variant × precision or dtype, seed 7) on interpreter" in out
@@ -84,6 +91,28 @@ def test_verify_runs_a_small_sample_through_the_interpreter_and_exits_zero(capsy
             assert (f"| {n} | {p} | 2 |" in out) == ((n, p) in pairs), (n, p)
             assert (f"| {n} | {p} fused | 1 |" in out) == ((n, p) in fused), (n, p)
     assert out.strip().endswith(f"0 failure(s) in {total} cases")
+
+
+def test_a_chain_with_bn_train_is_drawn_at_a_full_float32_precision_and_the_rest_at_tf32():
+    """Two TF32 chains through a batch norm with the batch's statistics miss each other by allclose where neither is
+    wrong (verify_cases.BN_TRAIN_PRECISIONS): verify draws bn_train at tf32x3 where the variant runs it, so that the
+    case is judged against torch's full-float32 chain; a variant that runs neither tf32x3 nor ieee draws no bn_train."""
+    from dataclasses import replace
+
+    from convtune.commands.verify_cases import make_cases
+    from convtune.kernels import VARIANTS
+
+    cases = [c for c in make_cases(["nhwc_tma"], ["tf32"], 0, 3, True, ("float32", "float16"), 40) if c.epilogue]
+    trained = [c for c in cases if "bn_train" in c.epilogue]
+    assert len(trained) >= 10 and all(c.precision == "tf32x3" and c.dtype == "float32" for c in trained)
+    assert all(c.precision == "tf32" for c in cases if "bn_train" not in c.epilogue)
+    tf32_only = replace(VARIANTS["nhwc_tma"], name="nhwc_tma_tf32_only", precisions=("tf32",))
+    VARIANTS[tf32_only.name] = tf32_only
+    try:
+        cases = [c for c in make_cases([tf32_only.name], ["tf32"], 0, 3, True, ("float32",), 40) if c.epilogue]
+    finally:
+        del VARIANTS[tf32_only.name]
+    assert len(cases) == 40 and not any("bn_train" in c.epilogue for c in cases)
 
 
 def test_verify_refuses_an_unknown_precision_in_one_line(capsys):

@@ -5,7 +5,8 @@ interpreter cannot run it. Everything here is specialised to stride 4 × 4 over 
 one channel's 4 input rows × 4 columns (two TF32 wgmmas in float32, one 16-bit wgmma in bfloat16 and float16), the
 tile one output row of at most 64 columns, the output channels 64 + 32, the folded kernel 3 rows (the window's three
 accumulators; smaller kernels are folded with zero rows to 3). Each MMA warpgroup hands its finished rows (float32
-sums) through shared memory to two store warps of its own, which add the bias and store in the input's dtype.
+sums) through shared memory to two store warps of its own (kernels/variants/fused_gluon_store.py), which add the
+bias, apply the epilogue chain and store in the input's dtype.
 """
 
 from __future__ import annotations
@@ -14,26 +15,18 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from convtune.kernels.variants.fused_gluon_store import (BLOCK_M, N1, N2, STORE_REGS, STORE_WARPS, _hand_over,
+                                                        _store_rows)
+
 # TMA's global → shared load: async_copy_global_to_shared in triton 3.6 (the H200 machine's), async_load from 3.7 on
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# a barrier of the calling partition's warps: thread_barrier in triton 3.6, barrier from 3.9
-_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 # (constexpr objects: a jit function reads no other globals; .value is the int)
-BLOCK_M = gl.constexpr(64)  # an output row a tile (OW ≤ 64): the M of one warpgroup's wgmma
 BLOCK_K = gl.constexpr(16)  # a K step: one input channel's SH × SW = 4 × 4 window
-N1 = gl.constexpr(64)  # the output channels as two MMAs sharing each A operand (tensor shapes are powers of two)
-N2 = gl.constexpr(32)
 # Folded input rows ahead of the window that the L2 prefetch asks for. L1 #50 in float32 against 2 ahead: 1 ahead
 # 0.9640-0.9649 of its time on the H200 and 0.9473-0.9503 on the H100, 3 ahead 1.0152 and 1.0186; in bfloat16 (H200,
 # CUDA graphs) 2 ahead ran 1.0021 of 1 ahead's time and none ahead 1.0526
 AHEAD = gl.constexpr(1)
-# The store warps of each MMA warpgroup: 2 warps at 24 registers a thread, what two MMA warpgroups at 240 leave of the
-# SM's 64 K (3 warpgroups' 504 a thread at the launch's 168: fused_gluon.LAUNCH_REGISTERS); they write a row 8
-# channels at a time, the least a slice of its swizzled buffer may take (24 registers hold no more without spilling)
-STORE_WARPS = gl.constexpr(2)
-STORE_REGS = gl.constexpr(24)
-CHUNK = gl.constexpr(8)
 
 
 @gluon.jit
@@ -87,66 +80,6 @@ def _gather(x_at, col, rows_r, img, f, b, live, C: gl.constexpr, H: gl.constexpr
     a1 = gl.load(p + H * W, mask=keep, other=0.0)
     a2 = gl.load(p + 2 * H * W, mask=keep, other=0.0)
     return a0, a1, a2
-
-
-@gluon.jit
-def _hand_over(o1, o2, full, empty, acc, acc2, j, WHO: gl.constexpr):
-    """MMA warpgroup WHO's j-th finished row into its shared-memory buffer, for its store warps (_store_rows)."""
-    mbarrier.wait(empty.index(WHO), (j & 1) ^ 1)  # they have read row j - 1 (for row 0 this passes at once)
-    o1.store(acc)
-    o2.store(acc2)
-    _barrier()  # every thread's writes before the warpgroup's one arrive
-    mbarrier.arrive(full.index(WHO))
-
-
-@gluon.jit
-def _store_chunk(buf, c: gl.constexpr, N0: gl.constexpr, ld: gl.constexpr, bias_s, row, OH: gl.constexpr,
-                 OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
-    """Channels N0 + c .. N0 + c + CHUNK of a row (columns c.. of `buf`) plus their bias, at `row`: in an NCHW output
-    the row's channel 0, in a channels_last one its first column (_store_rows). The output (297 MB on L1 #50 in float32)
-    is marked evict_last: against evict_first, 0.9664-0.9717 of its time on the H200 and 0.9748-0.9810 on the H100."""
-    m = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld)), 1)
-    n = N0 + c + gl.expand_dims(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ld)), 0)
-    v = buf.slice(c, CHUNK, dim=1).load(ld)
-    if HAS_BIAS:
-        v = v + gl.expand_dims(bias_s.slice(N0 + c, CHUNK).load(gl.SliceLayout(0, ld)), 0)
-    v = v.to(row.dtype.element_ty)  # the float32 sum plus the bias, rounded once to the output's dtype
-    if OUT_CL:
-        gl.store(row + m * C_OUT + n, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_last")
-    else:
-        gl.store(row + n * (OH * OW) + m, v, mask=(m < OW) & (n < C_OUT), eviction_policy="evict_last")
-
-
-@gluon.jit
-def _store_rows(o1, o2, full, empty, bias_s, y_ptr, n_rows, WHO: gl.constexpr, NWG: gl.constexpr, OH: gl.constexpr,
-                OW: gl.constexpr, C_OUT: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr):
-    """The store warps of MMA warpgroup WHO: each row it hands over (the rows of its range, in order) to the output.
-    An NCHW row is written 32 consecutive columns of one channel a warp instruction (128 contiguous bytes; from the
-    MMA layout a store covers 8 columns of 4 channels, 4 partial lines: 8 % slower), a channels_last
-    one 8 channels of 4 columns. Against the MMA warpgroups storing their own rows: L1 #50 (float32) 0.2416 ms against
-    0.2730 on the H200, level on the H100 (docs/PERFORMANCE.md). The bias is staged in shared memory: read from global
-    memory for each chunk, the store warps stalled on it."""
-    wg = gl.program_id(0) * NWG + WHO
-    n_wg = gl.num_programs(0) * NWG
-    lo = (wg * n_rows) // n_wg
-    hi = ((wg + 1) * n_rows) // n_wg
-    if OUT_CL:
-        ld: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [STORE_WARPS, 1], [1, 0])  # lanes along the channels
-    else:
-        ld: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, STORE_WARPS], [0, 1])  # lanes along the columns
-    for r in range(lo, hi):
-        mbarrier.wait(full.index(WHO), (r - lo) & 1)
-        if OUT_CL:
-            row = y_ptr + r.to(gl.int64) * (OW * C_OUT)
-        else:
-            img = r // OH
-            row = y_ptr + (img.to(gl.int64) * (C_OUT * OH * OW) + (r - img * OH) * OW)
-        for c in gl.static_range(0, N1, CHUNK):
-            _store_chunk(o1, c, 0, ld, bias_s, row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
-        for c in gl.static_range(0, N2, CHUNK):
-            _store_chunk(o2, c, N1, ld, bias_s, row, OH, OW, C_OUT, HAS_BIAS, OUT_CL)
-        _barrier()  # both warps' reads of the row before the one arrive that frees the buffer
-        mbarrier.arrive(empty.index(WHO))
 
 
 @gluon.jit
@@ -322,16 +255,18 @@ def _window(x_ptr, w1_res, w2_res, wbar, o1, o2, full, empty, n_rows, WHO: gl.co
 
 
 @gluon.jit
-def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NWG: gl.constexpr, REGS: gl.constexpr,
-                               C: gl.constexpr, H: gl.constexpr, W: gl.constexpr, OH: gl.constexpr, OW: gl.constexpr,
-                               C_OUT: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr,
-                               SW: gl.constexpr, KHF: gl.constexpr, KWF: gl.constexpr, HAS_BIAS: gl.constexpr,
-                               OUT_CL: gl.constexpr, LLVM_OPT: gl.constexpr):
+def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, e_ptr, r_ptr, n_rows, NWG: gl.constexpr,
+                               REGS: gl.constexpr, C: gl.constexpr, H: gl.constexpr, W: gl.constexpr,
+                               OH: gl.constexpr, OW: gl.constexpr, C_OUT: gl.constexpr, PH: gl.constexpr,
+                               PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, KHF: gl.constexpr,
+                               KWF: gl.constexpr, HAS_BIAS: gl.constexpr, OUT_CL: gl.constexpr, EPILOGUE: gl.constexpr,
+                               LLVM_OPT: gl.constexpr):
     """A persistent program an SM: the packed weight [C_out, K] loaded once by TMA into shared memory as K steps of 16,
     in columns N1 + N2, then NWG MMA warpgroups (1 or 2: three spill) each on its share of the output rows (_window),
-    each with its two store warps (_store_rows). REGS: an MMA warpgroup's registers a thread, which warp_specialize
-    sets (setmaxnreg) from the launch's (fused_gluon.LAUNCH_REGISTERS). LLVM_OPT: the level the binary is compiled at
-    (kernels/llvm_opt; a constexpr so that levels never share a cache entry)."""
+    each with its two store warps (_store_rows), which apply the epilogue chain EPILOGUE (kernels/epilogue.code; 0:
+    none) with its vectors at e_ptr and its residual at r_ptr. REGS: an MMA warpgroup's registers a thread, which
+    warp_specialize sets (setmaxnreg) from the launch's (fused_gluon.LAUNCH_REGISTERS). LLVM_OPT: the level the
+    binary is compiled at (kernels/llvm_opt; a constexpr so that levels never share a cache entry)."""
     gl.static_assert(KHF == 3, "the window holds three rows: smaller kernels are folded with zero rows to 3")
     gl.static_assert(NWG <= 2, "one or two MMA warpgroups: three spill (168 registers a thread)")
     KSTEPS: gl.constexpr = KHF * KWF * C
@@ -366,7 +301,8 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
         gl.warp_specialize([
             (_window, (x_ptr, w1_res, w2_res, wbar, o1_0, o2_0, full, empty, n_rows, 0, NWG, C, H, W, OH, OW, PH, PW,
                        SH, SW, KWF)),
-            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, n_rows, 0, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
+            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, e_ptr, r_ptr, n_rows, 0, NWG, OH, OW, C_OUT,
+                            HAS_BIAS, OUT_CL, EPILOGUE)),
         ], [STORE_WARPS], [STORE_REGS])
     else:
         o1_1 = gl.allocate_shared_memory(gl.float32, [BLOCK_M, N1], out_layout)
@@ -376,8 +312,10 @@ def _conv2d_fused_gluon_kernel(x_ptr, w1_desc, w2_desc, b_ptr, y_ptr, n_rows, NW
                        SH, SW, KWF)),
             (_window, (x_ptr, w1_res, w2_res, wbar, o1_1, o2_1, full, empty, n_rows, 1, NWG, C, H, W, OH, OW, PH, PW,
                        SH, SW, KWF)),
-            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, n_rows, 0, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
-            (_store_rows, (o1_1, o2_1, full, empty, bias_s, y_ptr, n_rows, 1, NWG, OH, OW, C_OUT, HAS_BIAS, OUT_CL)),
+            (_store_rows, (o1_0, o2_0, full, empty, bias_s, y_ptr, e_ptr, r_ptr, n_rows, 0, NWG, OH, OW, C_OUT,
+                            HAS_BIAS, OUT_CL, EPILOGUE)),
+            (_store_rows, (o1_1, o2_1, full, empty, bias_s, y_ptr, e_ptr, r_ptr, n_rows, 1, NWG, OH, OW, C_OUT,
+                            HAS_BIAS, OUT_CL, EPILOGUE)),
         ], [4, STORE_WARPS, STORE_WARPS], [REGS, STORE_REGS, STORE_REGS])
 
 
