@@ -194,7 +194,7 @@ def make_cases(variants: list[str], precisions: list[str], shapes: int, seed: in
                 full = next((p for p in BN_TRAIN_PRECISIONS if VARIANTS[v].runs_precision(p)), None)
                 judgeable = tuple(op for op in ops if op not in FLOAT32_ONLY_OPS or (dtype == "float32" and full))
                 case.dtype, case.epilogue = dtype, draw_chain(rng, judgeable)
-                if "bn_train" in case.epilogue:
+                if any(op in FLOAT32_ONLY_OPS for op in case.epilogue):
                     case.precision = full
                 cases.append(case)
     for v in variants:

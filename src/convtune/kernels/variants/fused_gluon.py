@@ -25,9 +25,9 @@ faster layout; the tensor pipe is active 53 % of the time and the gathers' laten
 
 The store warps apply an epilogue chain (bias, bn, scale, the activations, add: kernels/epilogue) before the one store:
 two warps at 24 registers a thread, with a row's MMA time (~4.5 us on L1 #50) for its 12 chunks, so only light ops ride
-free. L1 #50 in float32 on the H200, side by side, against no chain: relu 1.01x, bias,relu 1.23x, bn,relu 1.52x
-(each chunk reads its vectors from global memory), add,relu 2.53x, gelu 4.09x, bn,add,relu 5.5x, where the tracker measured fold_igemm's
-fused kernel 2.7x faster (0.479 against 1.281 ms). Which kernel runs a fused problem is the contest's to say.
+free. L1 #50 in float32 on the H200, side by side, against no chain: relu 1.01x, bias,relu 1.23x, bn,relu 1.52x (each
+chunk reads its vectors from global memory), add,relu 2.53x, gelu 4.09x, bn,add,relu 5.5x, where the tracker measured
+fold_igemm's fused kernel 2.7x faster (0.479 against 1.281 ms). Which kernel runs a fused problem is the contest's.
 
 What it takes (make_plan refuses the rest, naming the limit): a Hopper GPU (compute capability 9.0: wgmma, TMA),
 float32 at precision tf32 or bfloat16 or float16, 3 input channels, stride 4 × 4, dilation 1, kernel at most 12 × 12 (3 × 3 folded taps: the weight
@@ -131,8 +131,8 @@ def make_plan(g: ConvGeometry, has_bias: bool, meta: Meta, precision: str, out_c
               element_bytes: int = 4, chain: tuple[str, ...] = ()) -> LaunchPlan:
     """The plan of a call whose tensors have `element_bytes` bytes an element (4, or 2: 16-bit, planned at
     tf32_trunc: precision.kernel_precision) and whose epilogue is `chain` (its store warps apply it), or
-    UnsupportedProblem (ConfigError for the configuration) naming what
-    this kernel does not take and what runs it instead."""
+    UnsupportedProblem (ConfigError for the configuration) naming what this kernel does not take and what runs it
+    instead."""
     other = "; fold_igemm runs any strided convolution"
     if element_bytes == 4 and precision != "tf32":
         raise UnsupportedProblem(f"fused_gluon runs precision tf32 only (its gather rounds the input to TF32 as cuDNN "
