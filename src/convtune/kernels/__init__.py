@@ -12,7 +12,7 @@ import pkgutil
 from typing import Any
 
 from convtune.errors import ConfigError
-from convtune.kernels import llvm_opt
+from convtune.kernels import interpreter, llvm_opt
 from convtune.kernels.base import REGISTRY, KernelVariant
 from convtune.kernels.host import Host
 from convtune.kernels.meta import Meta, validate_meta, validate_precision
@@ -20,6 +20,7 @@ from convtune.kernels.runner import Launched
 
 
 llvm_opt.install()  # our kernels compile at llvm_opt's level (a workaround for an LLVM miscompile)
+interpreter.install()  # under TRITON_INTERPRET=1: without the overflow checks whose verdict is discarded
 
 # Every module of kernels/variants/ declares its variants as it is imported (kernels.base.register); `*_kernel.py`
 # holds jit code a variant imports on its first launch (a Gluon kernel), and is left alone here.
