@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -57,7 +58,9 @@ def wait_paused(sweep, marker):
 
 
 def test_jobs_spread_over_the_slots_one_process_each_and_every_run_is_kept(run_cli, store):
-    r = run_cli("-m", *GPUS, "num_warps=1,2,4")  # three jobs on two slots: one slot runs two, one after the other
+    # three jobs on two slots (one slot runs two, one after the other), device=interpreter without TRITON_INTERPRET
+    # in the environment, as a user without a GPU runs it: each job settles the interpreter in its own process
+    r = run_cli("-m", *GPUS, "device=interpreter", "num_warps=1,2,4", interpret_env=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Launching 3 jobs, one process each, on 2 GPU(s) (0, 1)" in r.stdout + r.stderr
     (parent,), runs = children(store)
@@ -90,7 +93,12 @@ def test_a_job_whose_process_dies_is_recorded_failed_and_the_next_job_runs(tmp_p
             wait_paused(sweep, marker)
             _, runs = children(store)
             (open_run,) = [run for run in runs if run.info.status == "RUNNING"]
-            os.kill(int(open_run.data.tags["process"].split(":")[0]), signal.SIGKILL)
+            pid = int(open_run.data.tags["process"].split(":")[0])
+            # the job's process was forked from the pool's server, which imported the heavy libraries once
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            server = Path(f"/proc/{parent}/cmdline").read_bytes().decode()
+            assert "multiprocessing.forkserver" in server and "'torch'" in server and "'mlflow'" in server, server
+            os.kill(pid, signal.SIGKILL)
             killed.append(open_run.info.run_id)
         out, _ = sweep.communicate(timeout=300)
     assert sweep.returncode == 0, out[-3000:]

@@ -5,7 +5,8 @@
 job.pkl holds what Hydra's basic launcher hands to `run_job` for one job (the Hydra context, the task
 function and the job's composed config), pickled by the launcher with cloudpickle. The job runs exactly as
 under the basic launcher; its return value goes to <result.json>. The process ends with the job: a hang, a
-crash or a sticky CUDA error takes no other job with it, and the next job starts in a fresh process.
+crash or a sticky CUDA error takes no other job with it, and the next job starts in a new process. The pool starts
+it through `forked`, from a server that has done the imports once (convtune.launch.pool).
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ def main() -> None:
                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     value = ret.return_value  # raises what the task raised: the launcher reads the traceback from the log
     result_file.write_text(json.dumps({"return_value": value if isinstance(value, (int, float)) else None}))
+
+
+def forked(argv: list[str], env: dict[str, str], cwd: str, log_file: str) -> None:
+    """The job in a process forked from the pool's preloaded Python (convtune.launch.pool): made what
+    `python -m convtune.launch.job_process <argv>` started with `env`, in `cwd`, in a session of its own, with its
+    output in `log_file`, would be; then the job."""
+    import os
+
+    os.setsid()
+    log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for fd, to in ((devnull, 0), (log, 1), (log, 2)):
+        os.dup2(fd, to)
+    os.close(log)
+    os.close(devnull)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)  # CUDA_VISIBLE_DEVICES among them, before CUDA starts
+    sys.argv = [__file__, *argv]
+    interrupts.main_then_exit(main)
 
 
 if __name__ == "__main__":
