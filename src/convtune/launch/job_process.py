@@ -12,6 +12,7 @@ it through `forked`, from a server that has done the imports once (convtune.laun
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -38,11 +39,9 @@ def main() -> None:
 
 
 def forked(argv: list[str], env: dict[str, str], cwd: str, log_file: str) -> None:
-    """The job in a process forked from the pool's preloaded Python (convtune.launch.pool): made what
-    `python -m convtune.launch.job_process <argv>` started with `env`, in `cwd`, in a session of its own, with its
-    output in `log_file`, would be; then the job."""
-    import os
-
+    """The job, in a process forked from the pool's preloaded Python (convtune.launch.pool): this process is first
+    made what `python -m convtune.launch.job_process <argv>` would be if started with `env` in `cwd`, in a session
+    of its own, its output going to `log_file`."""
     os.setsid()
     log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)

@@ -171,8 +171,8 @@ def _start(job: Job, slot: Optional[str]) -> _Forked:
         env["CUDA_VISIBLE_DEVICES"] = slot
         env["CONVTUNE_GPU_SLOT"] = slot
     job.result_file.unlink(missing_ok=True)
-    # a session of its own: a timeout kills the job's whole tree (ncu, compilers), and a Ctrl-C in the
-    # terminal reaches the launcher, which stops its jobs in order (run's finally)
+    # in a session of its own (job_process.forked makes it): a timeout kills the job's whole tree (ncu, compilers),
+    # and a Ctrl-C in the terminal reaches the launcher, which stops its jobs in order (run's finally)
     from convtune.launch import job_process
 
     process = _preloaded().Process(target=job_process.forked, daemon=False,
