@@ -47,13 +47,13 @@ def test_host_code_and_comments_leave_the_identity_alone_and_jit_code_and_versio
         '    unused = 1  # host plumbing\n    if vec is None:  # a comment\n        vec = choose_vec(').replace(
         '"""The plan, with the input', '"""The launch plan, with the input'))
     assert "unused = 1" in (tmp_path / "edited_igemm.py").read_text()
-    assert host.SOURCE_HASH == implicit_gemm.SOURCE_HASH
+    assert host.SOURCE.hash == implicit_gemm.SOURCE.hash
     jit = _edited_copy(tmp_path, monkeypatch, lambda t: t.replace("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
                                                       "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + 0.0"))
     assert "+ 0.0" in (tmp_path / "edited_igemm.py").read_text()
-    assert jit.SOURCE_HASH != implicit_gemm.SOURCE_HASH
+    assert jit.SOURCE.hash != implicit_gemm.SOURCE.hash
     bumped = _edited_copy(tmp_path, monkeypatch, lambda t: t.replace("\nVERSION = 1\n", "\nVERSION = 2\n"))
-    assert bumped.SOURCE_HASH != implicit_gemm.SOURCE_HASH
+    assert bumped.SOURCE.hash != implicit_gemm.SOURCE.hash
 
 
 def test_the_identity_is_the_same_compiled_and_under_the_interpreter():
@@ -62,6 +62,19 @@ def test_the_identity_is_the_same_compiled_and_under_the_interpreter():
     compiled = preloaded.run([sys.executable, "-c", code], env=env, timeout=300)
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert compiled.stdout.strip() == str(sorted((n, v.source_hash) for n, v in kernels.VARIANTS.items()))
+
+
+def test_a_process_that_imports_the_kernels_hashes_only_the_identities_it_uses():
+    """Hashing every kernel's sources takes 0.3-0.5 CPU-s; a library call or a run of one kernel needs one identity
+    or none."""
+    code = ("from convtune import kernels\n"
+            "hashed = lambda: sorted(n for n, v in kernels.VARIANTS.items() if 'hash' in vars(v.source))\n"
+            "print(hashed()); kernels.VARIANTS['seed'].source_hash; print(hashed())")
+    r = preloaded.run([sys.executable, "-c", code], env=dict(__import__("os").environ), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["[]", "['seed']"]
+    assert identity.KernelSource(1, (implicit_gemm._conv2d_igemm_kernel,)).hash == identity.kernel_identity(
+        1, [implicit_gemm._conv2d_igemm_kernel])
 
 
 def test_a_jit_closure_follows_the_projects_jit_calls_and_not_tritons_library():

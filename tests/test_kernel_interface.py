@@ -27,7 +27,7 @@ import triton.language as tl
 from convtune.kernels.base import KernelVariant, Knob, Space, register
 from convtune.kernels.meta import Meta
 from convtune.kernels.host import Host, without_input
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 
 
 @triton.jit
@@ -73,7 +73,7 @@ def draw_case(rng, small):
 HOST = Host(without_input(make_plan), lambda x, plan: x.contiguous(), run)
 register(KernelVariant(
     name="toy_direct", launch=HOST.launch, prepared=HOST.prepared, library=HOST,
-    default_meta=lambda *a, **k: Meta(16, 16, 16, 1, 1), source_hash=kernel_identity(1, [_toy_kernel]),
+    default_meta=lambda *a, **k: Meta(16, 16, 16, 1, 1), source=KernelSource(1, (_toy_kernel,)),
     previous_hashes=("0ld50urceh45",), tf32_ties="even", entry_points=("_toy_kernel",),
     restricted_to="ieee, stride 1, no padding, no dilation, no bias", draw_case=draw_case, precisions=("ieee",),
     space=SPACE))
@@ -161,7 +161,7 @@ def test_a_variant_is_checked_as_it_is_declared():
 
     ig = get_variant("implicit_gemm")
     good = dict(name="toy", launch=ig.launch, prepared=ig.prepared, library=ig.library, default_meta=ig.default_meta,
-                source_hash="0" * 12, tf32_ties="away", entry_points=("_k",))
+                source=ig.source, tf32_ties="away", entry_points=("_k",))
     KernelVariant(**good)  # the minimum a variant declares
     for change, words in (
             (dict(restricted_to="stride 1"), "draw_case is required: it is restricted to stride 1"),
@@ -175,7 +175,8 @@ def test_a_variant_is_checked_as_it_is_declared():
             (dict(library=None, prepared=None, serves=lambda layout, c: True), "serves needs `library`"),
             (dict(prepared=None), "launch and prepared must be its library Host's"),
             (dict(rank=True), "rank must be an integer"),
-            (dict(compute_capability=9), "compute_capability must be (major, minor)")):
+            (dict(compute_capability=9), "compute_capability must be (major, minor)"),
+            (dict(source="0" * 12), "source must be a KernelSource (kernels/identity.py), not str")):
         with pytest.raises(ValueError) as e:
             KernelVariant(**{**good, **change})
         assert str(e.value).startswith(f"kernel variant '{change.get('name', 'toy')}': {words}"), str(e.value)

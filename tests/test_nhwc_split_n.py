@@ -114,6 +114,6 @@ def test_a_pin_naming_nhwc_split_n_runs_it_through_the_library_in_either_layout(
 def test_it_is_a_library_kernel_the_tracker_sweeps_and_verify_draws():
     assert "nhwc_split_n" in kernels.LIBRARY_KERNELS and "nhwc_split_n" in kernels.GENERAL
     v = kernels.get_variant("nhwc_split_n")
-    assert v.tf32_ties == "even" and v.source_hash == sn.SOURCE_HASH
+    assert v.tf32_ties == "even" and v.source_hash == sn.SOURCE.hash
     assert v.default_meta(384, 1, 13) == Meta(128, 256, 32, 8, 4)  # 256 whole + 128 left over
     assert v.default_meta(256, 1, 13) == nhwc_igemm.default_meta_preround(256, 1, 13)  # nothing left over

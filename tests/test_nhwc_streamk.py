@@ -153,7 +153,7 @@ def test_a_pin_naming_nhwc_streamk_runs_it_through_the_library_in_either_layout(
 def test_it_is_a_library_kernel_the_tracker_sweeps_and_verify_draws():
     assert "nhwc_streamk" in kernels.LIBRARY_KERNELS and "nhwc_streamk" in kernels.GENERAL
     v = kernels.get_variant("nhwc_streamk")
-    assert v.tf32_ties == "even" and v.source_hash == sk.SOURCE_HASH
+    assert v.tf32_ties == "even" and v.source_hash == sk.SOURCE.hash
     assert v.default_meta(256, 1, 13) == Meta(128, 256, 32, 8, 4)  # nhwc_preround's: one program an SM
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from convtune.kernels import llvm_opt
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import Launched
 from convtune.problem import EPILOGUE_OPS
@@ -95,7 +96,7 @@ class KernelVariant:
     name: str  # lowercase letters, digits and "_"
     launch: Callable[..., Launched]  # checks, plans, allocates and launches: what the tracker times
     default_meta: Callable[..., Meta]  # (out_channels, stride_w, width, precision) → the class default
-    source_hash: str  # its identity (kernels/identity.py): its jit code, compile options and version
+    source: KernelSource  # what its identity is made of (kernels/identity.py): jit code, compile options, version
     tf32_ties: str  # how `tf32` breaks rounding ties: "away" or "even" (kernels/precision.py)
     # the jit entry points it launches: what llvm_opt's one-time check covers
     entry_points: tuple[str, ...]
@@ -176,9 +177,16 @@ class KernelVariant:
                 refuse(field, "needs `library`: only a variant the library runs can serve a call or bind one")
         if isinstance(self.rank, bool) or not isinstance(self.rank, int):
             refuse("rank", f"must be an integer, not {self.rank!r}")
+        if not isinstance(self.source, KernelSource):
+            refuse("source", f"must be a KernelSource (kernels/identity.py), not {type(self.source).__name__}")
         if self.compute_capability is not None and not (
                 isinstance(self.compute_capability, tuple) and len(self.compute_capability) == 2):
             refuse("compute_capability", f"must be (major, minor), not {self.compute_capability!r}")
+
+    @property
+    def source_hash(self) -> str:
+        """Its identity, the hash of `source`: computed on its first use in a process."""
+        return self.source.hash
 
     def takes_dtype(self, dtype: str) -> bool:
         return dtype in self.dtypes  # type: ignore[operator]

@@ -8,8 +8,11 @@ part of it: before, a kernel's hash covered that text too, so factoring a copy o
 orphaned every pin's measured runs.
 
 The same source gives the same identity compiled or under Triton's interpreter. Each kernel module sets
-`VERSION`, `SOURCE_HASH = kernel_identity(VERSION, [its jit roots])` and `PREVIOUS_SOURCE_HASHES`: what runs of the
-same kernel recorded when the hash covered the host code's text too (resume and promote find them).
+`VERSION`, `SOURCE = KernelSource(VERSION, (its jit roots))` and `PREVIOUS_SOURCE_HASHES`: what runs of the
+same kernel recorded when the hash covered the host code's text too (resume and promote find them). A KernelSource
+hashes on first use: reading and tokenizing the sources of every kernel takes 0.3-0.5 CPU-s (a 2-core AMD EPYC), which
+every process that imported the kernels paid, and only a process that records or promotes runs needs an identity,
+mostly one kernel's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import textwrap
 import tokenize
 import types
 from pathlib import Path
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Optional
 
 from triton.runtime.jit import KernelInterface
@@ -112,3 +117,17 @@ def kernel_identity(version: int, jit: Iterable[Any], files: Iterable[Path] = ()
         text = normalized_text(Path(path).read_text(encoding="utf-8"))
         h.update(f"file {Path(path).name}\n{text}\n".encode())
     return h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """What a kernel's identity is made of (kernel_identity's arguments), hashed on first use and kept."""
+
+    version: int
+    jit: tuple[Any, ...]
+    files: tuple[Path, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @cached_property
+    def hash(self) -> str:
+        return kernel_identity(self.version, self.jit, self.files, self.options)

@@ -57,7 +57,7 @@ from convtune.kernels.base import KernelVariant, Knob, Space, plan_refuses, regi
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.conv_args import out_size
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache
@@ -270,7 +270,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 KERNEL_FILES = (Path(__file__).parent / "fused_gluon_store.py", Path(__file__).parent / "fused_gluon_kernel.py")
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [apply_epilogue], files=list(KERNEL_FILES))  # the store warps call it
+SOURCE = KernelSource(VERSION, (apply_epilogue,), files=KERNEL_FILES)  # the store warps call it
 # ddbf2cc51637: float32 only, the same PTX; 6e27ef99dbf4: before the epilogue (a binary without one is the same PTX
 # but for two unused parameters)
 PREVIOUS_SOURCE_HASHES = ("ddbf2cc51637", "1f1c2b64aa52", "6e27ef99dbf4")
@@ -394,7 +394,7 @@ def conv2d_gluon(x, weight, bias, packed):
 
 register(KernelVariant(
     name="fused_gluon", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
-    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
     entry_points=("_conv2d_fused_gluon_kernel",), restricted_to=RESTRICTED_TO, draw_case=draw_case,
     precisions=PRECISIONS, compute_capability=COMPUTE_CAPABILITY, interpreted=False, space=SPACE,
     export=render_kernelbench, refuses=plan_refuses(make_plan)))

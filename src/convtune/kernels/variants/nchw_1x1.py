@@ -40,7 +40,7 @@ from convtune.kernels import llvm_opt
 from convtune.kernels.base import KernelVariant, Knob, Space, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
 from convtune.kernels.base import log_uniform_int
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
 from convtune.kernels.runner import WeightCache
@@ -271,7 +271,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx])
+SOURCE = KernelSource(VERSION, (_conv2d_1x1_kernel, round_tf32_even_bits, round_tf32_even_ptx))
 # e71a7300b70a: the same kernel before it took an epilogue (a binary without one computes as it did)
 PREVIOUS_SOURCE_HASHES = ("439865208f23", "3e258e020276", "e71a7300b70a")
 
@@ -299,7 +299,7 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
 
 
 register(KernelVariant(
-    name="nchw_1x1", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source_hash=SOURCE_HASH,
+    name="nchw_1x1", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source=SOURCE,
     previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES, entry_points=("_conv2d_1x1_kernel",),
     restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS,
     compute_capability=CVT_RN_TF32_CAPABILITY, space=SPACE))

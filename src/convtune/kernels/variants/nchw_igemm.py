@@ -41,7 +41,7 @@ from convtune.kernels.base import KernelVariant, Knob, Space, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
 from convtune.kernels.base import log_uniform_int
 from convtune.kernels.conv_args import out_size
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
 from convtune.kernels.nhwc_tiles import pack_weight, packed_weight, tma_fits, weight_arg  # its weight operand
@@ -224,7 +224,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx])
+SOURCE = KernelSource(VERSION, (_conv2d_nchw_kernel, round_tf32_even_bits, round_tf32_even_ptx))
 # c2e32119a708: the same kernel before it took an epilogue (a binary without one computes as it did)
 PREVIOUS_SOURCE_HASHES = ("60e27b4908ec", "c2e32119a708")
 
@@ -260,6 +260,6 @@ def draw_case(rng: random.Random, small: bool) -> dict[str, Any]:
 
 register(KernelVariant(
     name="nchw_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
-    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
     entry_points=("_conv2d_nchw_kernel",), restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS,
     compute_capability=CVT_RN_TF32_CAPABILITY, space=SPACE))

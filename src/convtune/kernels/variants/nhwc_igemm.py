@@ -26,7 +26,7 @@ import triton.language as tl
 from convtune.errors import UnsupportedProblem
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta, safe_stages
 from convtune.kernels import layout, llvm_opt
@@ -278,19 +278,19 @@ def serves(layout: str, in_channels: int) -> bool:
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel])
+SOURCE = KernelSource(VERSION, (_conv2d_nhwc_kernel, round_tf32_even_bits, round_tf32_even_ptx, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel))
 # c8983aa8c892: the same kernel before it took an epilogue (a binary without one computes as it did)
 PREVIOUS_SOURCE_HASHES = ("1561370120da", "c8983aa8c892")
 
 
 register(KernelVariant(
     name="nhwc_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
-    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
     entry_points=("_conv2d_nhwc_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY,
     export=_render(preround=False),
     serves=serves, rank=1))
 register(KernelVariant(
     name="nhwc_preround", launch=launch_preround, prepared=prepared_preround, library=PREROUND_HOST,
-    default_meta=default_meta_preround, source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES,
+    default_meta=default_meta_preround, source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES,
     tf32_ties=TF32_TIES, entry_points=("_conv2d_nhwc_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY,
     export=_render(preround=True)))

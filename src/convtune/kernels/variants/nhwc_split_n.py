@@ -30,7 +30,7 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import layout, llvm_opt
 from convtune.kernels.base import KernelVariant, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image, without_input
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta, safe_stages
 from convtune.kernels.layout import to_channels_last
@@ -251,12 +251,12 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_split_n_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
-                                   round_tf32_even_bits, round_tf32_even_ptx])
+SOURCE = KernelSource(VERSION, (_conv2d_nhwc_split_n_kernel, layout._nchw_to_nhwc_kernel, layout._round_tf32_kernel,
+                                round_tf32_even_bits, round_tf32_even_ptx))
 PREVIOUS_SOURCE_HASHES = ("e24536d95a6e",)
 
 
 register(KernelVariant(
     name="nhwc_split_n", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
-    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
     entry_points=("_conv2d_nhwc_split_n_kernel",), compute_capability=CVT_RN_TF32_CAPABILITY))

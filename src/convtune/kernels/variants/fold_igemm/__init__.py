@@ -36,7 +36,7 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import llvm_opt
 from convtune.kernels.base import KernelVariant, plan_refuses, register
 from convtune.kernels.host import BoundLaunches, Host, alignment_key
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.weight_pack import fold_weight, folded_channels
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.meta import Meta
@@ -387,7 +387,7 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel])
+SOURCE = KernelSource(VERSION, (_fold_kernel, _fold_rows_kernel, _conv2d_fold_kernel))
 # b9f27fe16a27: the same kernel before it took an epilogue (a binary without one computes as it did)
 PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7", "b9f27fe16a27")
 
@@ -395,6 +395,6 @@ PREVIOUS_SOURCE_HASHES = ("3de23ff7aff7", "b9f27fe16a27")
 from convtune.kernels.variants.fold_igemm.export import render_kernelbench  # noqa: E402
 
 register(KernelVariant(
-    name="fold_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source_hash=SOURCE_HASH,
+    name="fold_igemm", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta, source=SOURCE,
     previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES, entry_points=("_conv2d_fold_kernel",),
     dilation_one=True, export=render_kernelbench, refuses=plan_refuses(make_plan)))

@@ -42,7 +42,7 @@ from convtune.kernels.base import KernelVariant, Knob, Space, plan_refuses, regi
 from convtune.kernels.conv_args import ConvGeometry
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, code
 from convtune.kernels.host import BoundLaunches, Host, alignment_key, one_image
-from convtune.kernels.identity import kernel_identity
+from convtune.kernels.identity import KernelSource
 from convtune.kernels.layout import _nchw_to_nhwc_kernel, _round_tf32_kernel, to_channels_last
 from convtune.kernels.meta import Meta, safe_stages
 from convtune.kernels.nhwc_tiles import GROUP_M, TF32_TIES, pack_split, pack_weight, packed_weight, split_weight
@@ -380,8 +380,8 @@ def default_meta(out_channels: int, stride_w: int, width: int, precision: str = 
 
 # identity (kernels/identity.py): bump VERSION on a deliberate change of the host's numerics
 VERSION = 1
-SOURCE_HASH = kernel_identity(VERSION, [_conv2d_nhwc_tma_kernel, _step, round_tf32_even_bits, round_tf32_even_ptx,
-                                        _nchw_to_nhwc_kernel, _round_tf32_kernel])
+SOURCE = KernelSource(VERSION, (_conv2d_nhwc_tma_kernel, _step, round_tf32_even_bits, round_tf32_even_ptx,
+                                _nchw_to_nhwc_kernel, _round_tf32_kernel))
 # before bn_train's statistics pass, the row-window loop and tf32x3's own products: a binary at tf32 or in 16 bits
 # without STATS, of a shape the window does not take, computes as it did (the level 2 #1 pins' among them: 64 channels)
 PREVIOUS_SOURCE_HASHES = ("37662fa1aa17",)
@@ -392,7 +392,7 @@ from convtune.kernels.variants.nhwc_tma.export import render_kernelbench  # noqa
 
 register(KernelVariant(
     name="nhwc_tma", launch=launch, prepared=prepared, library=HOST, default_meta=default_meta,
-    source_hash=SOURCE_HASH, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
+    source=SOURCE, previous_hashes=PREVIOUS_SOURCE_HASHES, tf32_ties=TF32_TIES,
     entry_points=("_conv2d_nhwc_tma_kernel",),
     restricted_to=RESTRICTED_TO, draw_case=draw_case, precisions=PRECISIONS, space=SPACE,
     compute_capability=COMPUTE_CAPABILITY, export=render_kernelbench, refuses=plan_refuses(make_plan)))
