@@ -29,7 +29,7 @@ CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room 
     # tune_model.py converts a model with the library and contests each shape as its first use would
     "tune": {"convtune.kernels", "convtune.measure", "convtune.track", "convtune.record", "convtune.resolve",
              "convtune.device", "convtune.config", "convtune.problem", "convtune.errors", "convtune.library",
-             "convtune.interrupts", "convtune.pins"},
+             "convtune.interrupts", "convtune.pins", "convtune.forked"},
     "hydra_plugins": set(),  # the sweeper calls convtune only through the functions its config names
     # the first-use contest (library/dispatch.py) is the tracker's: its timing and the judge's check (measure/contest)
     "library": {"convtune.kernels", "convtune.problem", "convtune.errors", "convtune.measure", "convtune.config",
@@ -40,7 +40,7 @@ CONVTUNE_ALLOWED = {  # the convtune modules each room may import (its own room 
     "commands": {"convtune.kernels", "convtune.measure", "convtune.problem", "convtune.config", "convtune.errors",
                  "convtune.library"},
     # the launchers record lost jobs through the sweep's state, never through the sweep's callback (sweep.py)
-    "launch": {"convtune.sweep_state", "convtune.record", "convtune.errors", "convtune.interrupts"},
+    "launch": {"convtune.sweep_state", "convtune.record", "convtune.errors", "convtune.interrupts", "convtune.forked"},
 }
 
 

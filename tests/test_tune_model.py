@@ -6,6 +6,7 @@ checked here; tests/gpu_scripts and benchmarks/ time it on a GPU."""
 
 import os
 from collections import Counter
+from pathlib import Path
 import subprocess
 import sys
 
@@ -131,6 +132,23 @@ def test_autocast_tunes_the_calls_autocast_makes_in_its_dtype(tmp_path, store):
 
 
 @pytest.mark.slow
+def children(pid):
+    """The pids of a process's children, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def cmdline(pid):
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
     """Ctrl-C at a terminal reaches tune_model.py and the shape's run.py alike (one process group): the job's run,
     the shape's sweep and the model's run all end KILLED, and tune_model.py exits 130."""
@@ -149,6 +167,9 @@ def test_a_ctrl_c_during_a_shapes_sweep_leaves_nothing_running(tmp_path, store):
         while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert marker.exists(), "the first shape's first job never reached its pause point"
+        # the shape's run.py is forked from the server that imported torch and MLflow once (convtune.forked)
+        (server,) = [p for p in children(proc.pid) if b"multiprocessing.forkserver" in cmdline(p)]
+        assert b"torch" in cmdline(server) and b"mlflow" in cmdline(server) and children(server)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -6,7 +6,7 @@ job.pkl holds what Hydra's basic launcher hands to `run_job` for one job (the Hy
 function and the job's composed config), pickled by the launcher with cloudpickle. The job runs exactly as
 under the basic launcher; its return value goes to <result.json>. The process ends with the job: a hang, a
 crash or a sticky CUDA error takes no other job with it, and the next job starts in a new process. The pool starts
-it through `forked`, from a server that has done the imports once (convtune.launch.pool).
+it through `forked`, from a server that has done the imports once (convtune.forked).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from convtune import interrupts
+from convtune.forked import become
 
 interrupts.install()  # first: the job's run is closed KILLED on SIGINT/SIGTERM from here on
 
@@ -39,19 +40,11 @@ def main() -> None:
 
 
 def forked(argv: list[str], env: dict[str, str], cwd: str, log_file: str) -> None:
-    """The job, in a process forked from the pool's preloaded Python (convtune.launch.pool): this process is first
-    made what `python -m convtune.launch.job_process <argv>` would be if started with `env` in `cwd`, in a session
-    of its own, its output going to `log_file`."""
+    """The job, in a process forked from the preloaded server (convtune.forked): this process is first made what
+    `python -m convtune.launch.job_process <argv>` would be if started with `env` in `cwd`, in a session of its own,
+    its output going to `log_file`."""
     os.setsid()
-    log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    for fd, to in ((devnull, 0), (log, 1), (log, 2)):
-        os.dup2(fd, to)
-    os.close(log)
-    os.close(devnull)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)  # CUDA_VISIBLE_DEVICES among them, before CUDA starts
+    become(env, cwd, log_file)  # CUDA_VISIBLE_DEVICES among the environment, before CUDA starts
     sys.argv = [__file__, *argv]
     interrupts.main_then_exit(main)
 

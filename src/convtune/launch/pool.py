@@ -1,10 +1,9 @@
 """The gpus launcher's pool: every job of a sweep in a process of its own (convtune.launch.job_process), one at a time
 on each GPU slot, the slot's GPU given to the process through CUDA_VISIBLE_DEVICES before CUDA starts.
 
-A job's process is forked from a server (multiprocessing's forkserver) that imports PRELOAD once, when the sweep's
-first job starts, and never starts CUDA; each job then begins where a fresh `python -m convtune.launch.job_process`
-would be after its imports, with its own environment, working folder, session and log. On the NVIDIA H200's host a
-4-job sweep of L1 #50 on one GPU took 32.5 s rather than 52.3 s (medians of 3, alternating), about 5 s a job.
+A job's process is forked from a server that has done the imports once (convtune.forked); each job then begins
+where a fresh `python -m convtune.launch.job_process` would be after its imports, with its own environment, working
+folder, session and log.
 
 A job that hangs past the timeout is killed with everything it started; a job whose process dies (a crash,
 a sticky CUDA error that ends it, the OOM killer) ends there. Either way `on_end` hears why, the slot takes
@@ -26,15 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from convtune import forked
 from convtune.errors import ConfigError
 
 GPU_ID = re.compile(r"\d+|(GPU|MIG)-[\w-]+")  # an entry of CUDA_VISIBLE_DEVICES
 POLL_S = 0.05  # how often the pool looks at its processes
 GRACE_S = 15.0  # after a Ctrl-C, how long a job has to record its run KILLED before it is killed outright
-# what the job processes' server imports once, what every job imports before it measures. None of it starts CUDA or
-# imports Triton, whose mode (compiled or interpreted) is fixed when it is imported: each job settles that itself
-# (device.activate), and Triton's import takes 0.2 s of the 7.
-PRELOAD = ("torch", "mlflow", "hydra.core.utils", "omegaconf", "cloudpickle", "convtune.app")
 
 
 @dataclass
@@ -93,7 +89,7 @@ def run(jobs: list[Job], slots: list[Optional[str]], timeout_s: float,
     process as each ends. An interrupt (convtune.interrupts) stops the jobs that run: each gets SIGTERM and
     GRACE_S to record its run KILLED, then SIGKILL; on_end hears of each (killed=True); the interrupt goes on."""
     waiting = deque(jobs)
-    running: dict[Optional[str], tuple[Job, _Forked, float]] = {}
+    running: dict[Optional[str], tuple[Job, forked.Forked, float]] = {}
     done: dict[int, Outcome] = {}
     try:
         while waiting or running:
@@ -130,42 +126,7 @@ def run(jobs: list[Job], slots: list[Optional[str]], timeout_s: float,
     return done
 
 
-class _Forked:
-    """The part of subprocess.Popen's handle the pool uses, for a job forked by multiprocessing's forkserver."""
-
-    def __init__(self, process: Any) -> None:
-        self._process = process
-        self.pid = process.pid
-
-    @property
-    def returncode(self) -> Optional[int]:
-        return self._process.exitcode  # as Popen's: -N for a death by signal N
-
-    def poll(self) -> Optional[int]:
-        return self.returncode
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        self._process.join(timeout)
-        if self.returncode is None:
-            raise subprocess.TimeoutExpired("convtune.launch.job_process", timeout)
-        return self.returncode
-
-
-_forkserver: Any = None
-
-
-def _preloaded() -> Any:
-    """multiprocessing's forkserver context, its server importing PRELOAD once when the first job starts."""
-    global _forkserver
-    if _forkserver is None:
-        import multiprocessing
-
-        _forkserver = multiprocessing.get_context("forkserver")
-        _forkserver.set_forkserver_preload(list(PRELOAD))
-    return _forkserver
-
-
-def _start(job: Job, slot: Optional[str]) -> _Forked:
+def _start(job: Job, slot: Optional[str]) -> forked.Forked:
     env = dict(os.environ)
     if slot is not None:
         env["CUDA_VISIBLE_DEVICES"] = slot
@@ -175,13 +136,11 @@ def _start(job: Job, slot: Optional[str]) -> _Forked:
     # and a Ctrl-C in the terminal reaches the launcher, which stops its jobs in order (run's finally)
     from convtune.launch import job_process
 
-    process = _preloaded().Process(target=job_process.forked, daemon=False,
-                                   args=([str(job.job_file), str(job.result_file)], env, os.getcwd(), str(job.log_file)))
-    process.start()
-    return _Forked(process)
+    return forked.start(job_process.forked, ([str(job.job_file), str(job.result_file)], env, os.getcwd(),
+                                             str(job.log_file)), "convtune.launch.job_process")
 
 
-def _kill_group(proc: _Forked, sig: int) -> None:
+def _kill_group(proc: forked.Forked, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):  # its session not made yet (or the job gone): the job alone
@@ -191,7 +150,7 @@ def _kill_group(proc: _Forked, sig: int) -> None:
             pass
 
 
-def _outcome(job: Job, proc: _Forked, slot: Optional[str], timed_out_after: Optional[float]) -> Outcome:
+def _outcome(job: Job, proc: forked.Forked, slot: Optional[str], timed_out_after: Optional[float]) -> Outcome:
     out = Outcome(slot)
     where = f"GPU slot {slot}" if slot is not None else "this machine"
     if timed_out_after is not None:

@@ -6,12 +6,13 @@
    `shapes=N` tunes the first N. With `fold_bn=true` (eager eval), the calls of the model converted with
    fold_bn_layers: each convolution with the batch norm after it folded in, and with the ReLU after that where the
    model lets the kernel apply it (a fused problem, `...-then-relu`).
-3. Each shape through the tracker: `run.py +experiment=candidates` sweeps the library's kernels that take it (their
-   defaults and neighbours), then promote contests the runs against torch, which the library runs for a key with no
-   pin, and writes the winner into `pins_file` (default: this GPU's per-user overlay, which the library reads before
-   the packaged pins). Every sweep and decision nests under one MLflow run of the model. A rerun for the same model,
-   batch, layout, mode (train, compile, fold_bn) and precision on the same GPU goes on in that run: shapes decided
-   before are not tuned again (resume=false tunes them again).
+3. Each shape through the tracker: `run.py +experiment=candidates` (forked from a server that has imported torch,
+   MLflow and Hydra once for every shape, convtune.forked; its output in the sweep folder as <shape>.stdout and
+   .stderr) sweeps the library's kernels that take it (their defaults and neighbours), then promote contests the runs
+   against torch, which the library runs for a key with no pin, and writes the winner into `pins_file` (default: this
+   GPU's per-user overlay, which the library reads before the packaged pins). Every sweep and decision nests under one
+   MLflow run of the model. A rerun for the same model, batch, layout, mode (train, compile, fold_bn) and precision on
+   the same GPU goes on in that run: shapes decided before are not tuned again (resume=false tunes them again).
 4. The model end to end: torch, the converted model, and the converted model without each shape that runs our
    kernel, in interleaved turns (eval forwards, or SGD train steps with train=true; measure/ab.py). A shape keeps its
    kernel pin only if the model is faster with it: the upper end of the 95 % bootstrap interval of the per-turn ratio
@@ -28,14 +29,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from convtune import interrupts
+from convtune import forked, interrupts
 from convtune.errors import ConfigError
 from convtune.problem import ConvProblem, for_dtype
 from convtune.record import Param, Status, Tag
@@ -315,16 +315,20 @@ def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, 
                 target: Path, device: str) -> Optional[str]:
     """One shape's sweep and promote through `run.py +experiment=candidates`; promote's decision line, or None."""
     name = re.sub(r"[^A-Za-z0-9_]+", "_", f"{cfg.model.rpartition(':')[2] or cfg.model}_{s.layers[0]}")
-    cmd = [sys.executable, str(root / "run.py"), "+experiment=candidates", "problem=tiny",
-           *shape_overrides(s.problem, name), f"precision={enum_value(cfg.precision)}", f"device={device}",
-           f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"tracking.parent_run={run_id}",
-           f"pins_file={target}", f"hydra.sweep.dir={out_dir}", *cfg.sweep]
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = ["+experiment=candidates", "problem=tiny", *shape_overrides(s.problem, name),
+            f"precision={enum_value(cfg.precision)}", f"device={device}", f"tracking.uri={uri}",
+            f"tracking.experiment={experiment}", f"tracking.parent_run={run_id}", f"pins_file={target}",
+            f"hydra.sweep.dir={out_dir}", *cfg.sweep]
+    out, err = out_dir / f"{name}.stdout", out_dir / f"{name}.stderr"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc = forked.start(forked.run_script, (str(root / "run.py"), argv, dict(os.environ), str(root), str(out),
+                                            str(err)), "run.py")
     try:
-        stdout, stderr = proc.communicate()
+        proc.wait()
     except BaseException:  # interrupted: the shape's sweep must close its runs KILLED before this process ends
         _stop(proc)
         raise
+    stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
     decision = re.search(r"^decision: .*$", stdout, re.M)
     if proc.returncode == 0 and not decision and re.search(r"^promote: no finished, correct runs", stdout, re.M):
         # every candidate failed the judge's check or could not run here: nothing to promote, torch runs the shape
@@ -336,7 +340,7 @@ def _tune_shape(s: Shape, cfg: DictConfig, root: Path, out_dir: Path, uri: str, 
     return decision[0][len("decision: "):]
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: forked.Forked) -> None:
     """A shape's run.py when this process is interrupted: a Ctrl-C at a terminal reached it too, so it gets time to
     record its runs KILLED; a signal sent to this process alone is passed on; one that will not end is killed (its
     runs are then reaped KILLED by the next process that opens the store)."""
