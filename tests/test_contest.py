@@ -87,6 +87,22 @@ def test_a_kernel_replaces_a_torch_pin_only_if_it_also_wins_from_an_idle_gpu():
     assert d.promote and d.winner.meta == A
 
 
+def test_a_kernel_that_wins_torchs_key_on_gpu_time_alone_makes_way_for_the_next_fastest():
+    """Kernels of near-equal GPU time differ in host cost: the fastest losing from an idle GPU must not hand the key
+    back to torch while the next fastest wins it both ways."""
+    slow_host = c(A, "candidate", [0.17] * 4, idle=[0.345] * 4)  # the fastest on GPU time, 1.5 % from idle
+    d = decide([c(TORCH, "unpinned", SLOW_GPU, idle=[0.34] * 4), slow_host,
+                c(B, "candidate", [0.18] * 4, idle=[0.29] * 4)], 0.02, 0.95)
+    assert d.promote and d.winner.meta == B, d.reason
+    assert d.reason.endswith(f"({slow_host.label}: faster on GPU time, not from an idle GPU)")
+    # where none wins from an idle GPU, torch stays, and the reason is the fastest kernel's
+    d = decide([c(TORCH, "unpinned", SLOW_GPU, idle=[0.34] * 4), slow_host,
+                c(B, "candidate", [0.18] * 4, idle=[0.36] * 4)], 0.02, 0.95)
+    assert not d.promote and d.winner.meta == TORCH
+    assert d.reason == ("torch stays (no pin): the kernel is not 2 % faster from an idle GPU (host cost counted): "
+                        f"torch 0.3400 ms, {slow_host.label} 0.3450 ms")
+
+
 def test_without_idle_timings_only_gpu_time_decides():  # the interpreter, or logged numbers
     d = decide([c(PIN, "default", FAST_GPU), c(TORCH, "torch", SLOW_GPU)], 0.02, 0.95)
     assert not d.promote and d.winner.meta == PIN
