@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import subprocess
 import sys
 from typing import Any, Callable, Optional
@@ -51,7 +52,7 @@ class Forked:
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 def start(target: Callable[..., None], args: tuple, what: str) -> Forked:
