@@ -24,9 +24,9 @@ import io
 import textwrap
 import tokenize
 import types
-from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from triton.runtime.jit import KernelInterface
@@ -121,13 +121,13 @@ def kernel_identity(version: int, jit: Iterable[Any], files: Iterable[Path] = ()
 
 @dataclass(frozen=True)
 class KernelSource:
-    """What a kernel's identity is made of (kernel_identity's arguments), hashed on first use and kept."""
+    """What a kernel's identity is made of (kernel_identity's version, jit roots and files), hashed on first use and
+    kept."""
 
     version: int
     jit: tuple[Any, ...]
     files: tuple[Path, ...] = ()
-    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @cached_property
     def hash(self) -> str:
-        return kernel_identity(self.version, self.jit, self.files, self.options)
+        return kernel_identity(self.version, self.jit, self.files)

@@ -41,8 +41,8 @@ def main() -> None:
 
 def forked(argv: list[str], env: dict[str, str], cwd: str, log_file: str) -> None:
     """The job, in a process forked from the preloaded server (convtune.forked): this process is first made what
-    `python -m convtune.launch.job_process <argv>` would be if started with `env` in `cwd`, in a session of its own,
-    its output going to `log_file`."""
+    `python -m convtune.launch.job_process <argv>` would be if started with `env` in `cwd`, leading a process group of
+    its own (setsid), its output going to `log_file`."""
     os.setsid()
     become(env, cwd, log_file)  # CUDA_VISIBLE_DEVICES among the environment, before CUDA starts
     sys.argv = [__file__, *argv]

@@ -3,7 +3,7 @@ on each GPU slot, the slot's GPU given to the process through CUDA_VISIBLE_DEVIC
 
 A job's process is forked from a server that has done the imports once (convtune.forked); each job then begins
 where a fresh `python -m convtune.launch.job_process` would be after its imports, with its own environment, working
-folder, session and log.
+folder, process group and log.
 
 A job that hangs past the timeout is killed with everything it started; a job whose process dies (a crash,
 a sticky CUDA error that ends it, the OOM killer) ends there. Either way `on_end` hears why, the slot takes
@@ -132,8 +132,8 @@ def _start(job: Job, slot: Optional[str]) -> forked.Forked:
         env["CUDA_VISIBLE_DEVICES"] = slot
         env["CONVTUNE_GPU_SLOT"] = slot
     job.result_file.unlink(missing_ok=True)
-    # in a session of its own (job_process.forked makes it): a timeout kills the job's whole tree (ncu, compilers),
-    # and a Ctrl-C in the terminal reaches the launcher, which stops its jobs in order (run's finally)
+    # in a process group of its own (job_process.forked makes it): a timeout kills the job's whole tree (ncu,
+    # compilers), and a Ctrl-C in the terminal reaches the launcher, which stops its jobs in order (run's finally)
     from convtune.launch import job_process
 
     return forked.start(job_process.forked, ([str(job.job_file), str(job.result_file)], env, os.getcwd(),
@@ -143,7 +143,7 @@ def _start(job: Job, slot: Optional[str]) -> forked.Forked:
 def _kill_group(proc: forked.Forked, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):  # its session not made yet (or the job gone): the job alone
+    except (ProcessLookupError, PermissionError):  # its group not made yet (or the job gone): the job alone
         try:
             os.kill(proc.pid, sig)
         except ProcessLookupError:
