@@ -32,6 +32,9 @@ import torch  # noqa: F401,E402
 if os.environ.get("TRITON_INTERPRET") == "1":
     import triton  # noqa: F401,E402
 import mlflow.store.tracking.sqlalchemy_store  # noqa: F401,E402  the SQLite store's engine and models (0.65 s)
+import matplotlib  # noqa: E402  a sweep's pictures (convtune.track.plots, headless): 1.0 CPU-s to import
+matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: F401,E402
 from mlflow.tracking import MlflowClient  # noqa: F401,E402
 
 
