@@ -92,6 +92,46 @@ def test_config_list_times_product_and_command_line_wins():
     assert all(sum(o.startswith("num_warps=") for o in j) == 1 for j in jobs)
 
 
+def test_a_job_composed_when_the_sweeps_values_are_checked_is_not_composed_again(monkeypatch):
+    """sweep.check_sweep_values composes the jobs a one-key sweep is made of, and the diagonal of a product, as those
+    jobs (the command line's single values too) and records them (sweeper.COMPOSED); the sweeper's own check composes
+    only the jobs not recorded. Real Hydra: the
+    config composed as run.py would, and the sweeper's check with no Hydra context, so that any job it passed on to
+    Hydra would fail."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from convtune.config import register_configs
+    from convtune.errors import ConfigError
+    from convtune.sweep import check_sweep_values
+    from hydra_plugins.convtune_sweeper import sweeper
+
+    register_configs()
+    monkeypatch.setattr(sweeper, "COMPOSED", set())
+    task = ["problem=tiny", "bench=fast", "num_warps=2,4", "BLOCK_K=16,32"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("config", overrides=task[:2], return_hydra_config=True)
+        with open_dict(config):
+            config.hydra.overrides.task = task
+        one_key = plan_jobs(None, None, task[:3])
+        check_sweep_values(config, one_key)
+        assert sweeper.COMPOSED == {frozenset(job) for job in one_key}
+        two_keys = plan_jobs(None, None, task)  # 4 jobs; its 2 columns (each key's i-th value) are 2 of them
+        sweeper.COMPOSED.clear()
+        check_sweep_values(config, two_keys)
+        diagonal = [job for job in two_keys if {"num_warps=2", "BLOCK_K=16"} <= set(job)
+                    or {"num_warps=4", "BLOCK_K=32"} <= set(job)]
+        assert len(diagonal) == 2 and sweeper.COMPOSED == {frozenset(job) for job in diagonal}
+        with pytest.raises(ConfigError, match="BLOCK_M='abc' is not allowed"):
+            check_sweep_values(config, plan_jobs(None, None, task[:2] + ["BLOCK_M=16,abc"]))
+        assert frozenset(task[:2] + ["BLOCK_M=abc"]) not in sweeper.COMPOSED
+
+    check = sweeper.ConvtuneSweeper()  # no Hydra context: a job it composes raises
+    check.validate_batch_is_legal(diagonal)
+    with pytest.raises(AttributeError):
+        check.validate_batch_is_legal(two_keys)
+
+
 @pytest.mark.slow
 def test_four_sweeps_started_at_once_in_the_default_folder_never_cross(tmp_path, new_store):
     """Before the store was created under a lock into a temporary file, 4 sweeps at once broke a new store

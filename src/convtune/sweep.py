@@ -64,10 +64,12 @@ def _search_space(config: DictConfig) -> Optional[Any]:
 
 def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> None:
     """Compose the config with every distinct override of the planned jobs, so that a value of the wrong type
-    (BLOCK_M=16,abc) is refused in one line before any job, instead of ending the sweep at that job."""
+    (BLOCK_M=16,abc) is refused in one line before any job, instead of ending the sweep at that job. A set of
+    overrides that is a whole job (each job of a one-key sweep, the diagonal of a product) is composed as that job and
+    recorded, so that the sweeper does not compose it again (sweeper.COMPOSED)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra_plugins.convtune_sweeper.sweeper import plan_jobs
+    from hydra_plugins.convtune_sweeper.sweeper import COMPOSED, plan_jobs
 
     hydra = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     if not jobs or hydra is None:
@@ -83,8 +85,12 @@ def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> N
     # One compose per column (the i-th value of every key together): a sweep of k keys × v values composes v times,
     # not k·v. Only a column that fails is composed again one override at a time, to name the value at fault.
     columns = [[vals[i] for vals in by_key.values() if i < len(vals)] for i in range(max(map(len, by_key.values()), default=0))]
+    whole = {frozenset(job): job for job in jobs}
     for column in columns:
-        if _compose_error(hydra, config, column) is None:
+        job = whole.get(frozenset(composed.union(column)))
+        if _compose_error(hydra, config, job if job is not None else column) is None:
+            if job is not None:
+                COMPOSED.add(frozenset(job))
             continue
         for override in column:
             cause = _compose_error(hydra, config, [override])

@@ -40,6 +40,9 @@ ConfigStore.instance().store(group="hydra/sweeper", name="convtune", node=Convtu
 
 PROGRESS_FROM = 50  # jobs: a sweep this large says that it checks their configs, and how far it is
 PROGRESS_S = 5.0
+# The jobs (their override lists, as sets) whose configs this process has composed already, recorded by whoever checks a
+# sweep's values before it starts (convtune.sweep.check_sweep_values): validate_batch_is_legal composes only the others.
+COMPOSED: set = set()
 
 
 def _key(override: str) -> str:
@@ -84,7 +87,11 @@ class ConvtuneSweeper(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Any) -> None:
         """Hydra's check that every job's config composes (~0.05 s a job: 20 s for 400 jobs before the first starts),
-        with a line before it and its progress every PROGRESS_S seconds, so that a large sweep is not silent."""
+        for the jobs not composed already (COMPOSED: each job of a one-key sweep, the diagonal of a product), with a
+        line before it and its progress every PROGRESS_S seconds, so that a large sweep is not silent."""
+        batch = [job for job in batch if frozenset(job) not in COMPOSED]
+        if not batch:
+            return
         if len(batch) < PROGRESS_FROM:
             return super().validate_batch_is_legal(batch)
         print(f"checking that the {len(batch)} jobs' configs compose before the first starts...", flush=True)
