@@ -94,10 +94,9 @@ def test_config_list_times_product_and_command_line_wins():
 
 def test_a_job_composed_when_the_sweeps_values_are_checked_is_not_composed_again(monkeypatch):
     """sweep.check_sweep_values composes the jobs a one-key sweep is made of, and the diagonal of a product, as those
-    jobs (the command line's single values too) and records them (sweeper.COMPOSED); the sweeper's own check composes
-    only the jobs not recorded. Real Hydra: the
-    config composed as run.py would, and the sweeper's check with no Hydra context, so that any job it passed on to
-    Hydra would fail."""
+    jobs (the command line's single values too) and records them for this sweep alone (sweeper.COMPOSED); the
+    sweeper's own check composes only the jobs not recorded. Real Hydra: the config composed as run.py would, and the
+    sweeper's check with no Hydra context, so that any job it passed on to Hydra would fail."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -113,18 +112,17 @@ def test_a_job_composed_when_the_sweeps_values_are_checked_is_not_composed_again
         config = compose("config", overrides=task[:2], return_hydra_config=True)
         with open_dict(config):
             config.hydra.overrides.task = task
+        with pytest.raises(ConfigError, match="BLOCK_M='abc' is not allowed"):
+            check_sweep_values(config, plan_jobs(None, None, task[:2] + ["BLOCK_M=16,abc"]))
+        assert sweeper.COMPOSED == {frozenset(task[:2] + ["BLOCK_M=16"])}  # the job that composes, not the other
         one_key = plan_jobs(None, None, task[:3])
-        check_sweep_values(config, one_key)
+        check_sweep_values(config, one_key)  # another sweep: the one before is forgotten
         assert sweeper.COMPOSED == {frozenset(job) for job in one_key}
         two_keys = plan_jobs(None, None, task)  # 4 jobs; its 2 columns (each key's i-th value) are 2 of them
-        sweeper.COMPOSED.clear()
         check_sweep_values(config, two_keys)
         diagonal = [job for job in two_keys if {"num_warps=2", "BLOCK_K=16"} <= set(job)
                     or {"num_warps=4", "BLOCK_K=32"} <= set(job)]
         assert len(diagonal) == 2 and sweeper.COMPOSED == {frozenset(job) for job in diagonal}
-        with pytest.raises(ConfigError, match="BLOCK_M='abc' is not allowed"):
-            check_sweep_values(config, plan_jobs(None, None, task[:2] + ["BLOCK_M=16,abc"]))
-        assert frozenset(task[:2] + ["BLOCK_M=abc"]) not in sweeper.COMPOSED
 
     check = sweeper.ConvtuneSweeper()  # no Hydra context: a job it composes raises
     check.validate_batch_is_legal(diagonal)

@@ -66,11 +66,12 @@ def check_sweep_values(config: DictConfig, jobs: Optional[list[list[str]]]) -> N
     """Compose the config with every distinct override of the planned jobs, so that a value of the wrong type
     (BLOCK_M=16,abc) is refused in one line before any job, instead of ending the sweep at that job. A set of
     overrides that is a whole job (each job of a one-key sweep, the diagonal of a product) is composed as that job and
-    recorded, so that the sweeper does not compose it again (sweeper.COMPOSED)."""
+    recorded, so that the sweeper does not compose it again (sweeper.COMPOSED, this sweep's alone)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra_plugins.convtune_sweeper.sweeper import COMPOSED, plan_jobs
 
+    COMPOSED.clear()  # what another sweep of this process composed was composed from its own config
     hydra = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     if not jobs or hydra is None:
         return

@@ -23,9 +23,9 @@ def _ok(runs: list[dict[str, Any]]) -> list[RunView]:
 
 
 class _PlainLogFormatter(LogFormatter):
-    """matplotlib's log-axis labels, on the same ticks, as plain text ("7.1e-06", "10") rather than mathtext: parsing
-    mathtext took 0.82 of the 2.24 CPU-s a fresh process spent drawing a sweep's three pictures (on the CPU: 1.2-1.7
-    s with plain labels)."""
+    """matplotlib's log-axis labels, on the same ticks, as plain text ("7.1e-06", "10") rather than mathtext, whose
+    parser took 0.82 of the 2.24 CPU-s (under cProfile) a fresh process spent drawing a sweep's three pictures; with
+    plain labels, median 1.13 CPU-s against 2.06 (a 2-core CPU, 8 fresh processes each)."""
 
     def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
         return f"{x:.3g}"
