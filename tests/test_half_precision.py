@@ -13,8 +13,8 @@ from convtune.errors import UnsupportedProblem
 from convtune.kernels import VARIANTS, Meta
 from convtune.library import dispatch, functional
 from convtune.pins import overlay
-from convtune.measure.correctness import HALF_ERROR_MARGIN, judge
-from convtune.measure.one_config import make_inputs, poisoned_output
+from convtune.measure.correctness import HALF_ERROR_MARGIN, judge, torch_output
+from convtune.measure.one_config import make_epilogue, make_inputs, poisoned_output
 from convtune.problem import ConvProblem, for_dtype
 from tests.conftest import compose
 
@@ -81,6 +81,22 @@ def test_the_judge_takes_a_right_half_output_and_refuses_one_rounded_inside_or_o
     assert not v.ok and v.metrics["matches_torch"] == 0.0, v.message
     v = judge(off, p, x, w, b, "tf32", 1.0, check="float64")  # float64 alone: the judge's allclose still says it
     assert v.ok and v.metrics["matches_torch"] == 0.0 and "does not match torch" in v.message
+
+
+def test_where_torchs_own_chain_is_past_the_tolerance_an_output_as_good_as_torchs_passes_and_a_worse_one_fails():
+    """bfloat16 `scale,bn,relu` after a 3x1 convolution of 4 channels (seed 30): bn's shift cancels the rounded sum,
+    and torch's own chain, rounding each op to bfloat16, is 2.7e-2 from float64, past the dtype's 1e-2."""
+    p = ConvProblem("t", 3, 4, 13, 75, 1, 3, 1, (1, 5), (2, 1), bias=True, dtype="bfloat16",
+                    epilogue=("scale", "bn", "relu"))
+    x, w, b = make_inputs(p, 30, torch.device("cpu"))
+    ep = make_epilogue(p, 30, torch.device("cpu"))
+    theirs, _ = torch_output(p, x, w, b, "tf32", ep)
+    for check in ("float64", "kernelbench"):
+        v = judge(theirs.clone(), p, x, w, b, "tf32", 1e-2, check=check, epilogue=ep)
+        assert v.metrics["torch_rel_err"] > 1e-2 and v.ok and "past 1e-02 but within" in v.message, (check, v.message)
+    worse = (theirs + 0.02 * (theirs != 0)).to(theirs.dtype)  # off by more than allclose, and by more than torch's own error
+    v = judge(worse, p, x, w, b, "tf32", 1e-2, check="float64", epilogue=ep)
+    assert not v.ok and f"nor {HALF_ERROR_MARGIN}x torch's own" in v.message, v.message
 
 
 @pytest.mark.parametrize("name", HALF_KERNELS)

@@ -15,7 +15,11 @@ A bfloat16 or float16 problem is compared with torch's convolution at its dtype 
 a GPU; float32's math mode does not apply) by KernelBench's tolerance for that precision (atol = rtol = 1e-2,
 `get_tolerance_for_precision`), and its float64-referenced error must also be no worse than torch's own, within
 HALF_ERROR_MARGIN: both are dominated by rounding the output to 16 bits once, and a kernel that rounded an
-intermediate (a partial sum, the bias) would show as a larger error than torch's while still inside allclose.
+intermediate (a partial sum, the bias) would show as a larger error than torch's while still inside allclose. An
+epilogue's chain rounds each op's result to 16 bits, in torch as in the kernels, so where an op cancels (bn's shift
+against the sum) torch's own error can pass the dtype's tolerance: bfloat16 `scale,bn,relu` after a 3x1 convolution
+of 4 channels, 200 random draws on the CPU, was above 1e-2 in 19. There an output within HALF_ERROR_MARGIN of torch's
+error passes the float64 check too.
 """
 
 from __future__ import annotations
@@ -127,8 +131,9 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
     metrics = {Metric.REL_ERR: rel, Metric.MAX_ABS_ERR_VS_TORCH: max_abs, Metric.MATCHES_TORCH: float(matches),
                Metric.TORCH_REL_ERR: torch_rel}
     tags = {Tag.TORCH_REFERENCE: label, Tag.FLOAT64_REFERENCE: ref_note}
-    if not rel <= tol:
-        return Verdict(False, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}", metrics, tags)
+    if not rel <= tol and not (half and rel <= HALF_ERROR_MARGIN * torch_rel):
+        bar = f" nor {HALF_ERROR_MARGIN}x torch's own {torch_rel:.3g} ({label})" if half else ""
+        return Verdict(False, f"relative L2 error {rel:.3g} > tolerance {tol:.0e}{bar}", metrics, tags)
     if check == "kernelbench" and half and not rel <= HALF_ERROR_MARGIN * torch_rel:
         return Verdict(False, f"relative L2 error {rel:.3g} is worse than torch's own {torch_rel:.3g} ({label}) by more "
                               f"than {HALF_ERROR_MARGIN}x", metrics, tags)
@@ -136,5 +141,7 @@ def judge(out: torch.Tensor, p: ConvProblem, x: torch.Tensor, w: torch.Tensor, b
         return Verdict(False, f"does not match torch ({label}) by KernelBench's allclose(atol=rtol={kb_tol:.0e}): "
                               f"max |diff| {max_abs:.3g} (check=float64 judges by the float64 reference only)",
                        metrics, tags)
-    return Verdict(True, f"relative L2 error {rel:.3g} <= {tol:.0e}; "
+    within = (f"<= {tol:.0e}" if rel <= tol
+              else f"past {tol:.0e} but within {HALF_ERROR_MARGIN}x torch's own {torch_rel:.3g}")
+    return Verdict(True, f"relative L2 error {rel:.3g} {within}; "
                          f"{'matches' if matches else 'does not match'} torch (max |diff| {max_abs:.3g})", metrics, tags)
