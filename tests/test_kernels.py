@@ -2,6 +2,7 @@
 dilations, bias on/off, K not a multiple of BLOCK_K, M not a multiple of BLOCK_M."""
 
 import re
+import weakref
 
 import pytest
 import torch
@@ -364,6 +365,59 @@ def test_there_is_no_bound_launch_without_a_compiled_kernel():
     layout.to_channels_last(x, round_to_nearest_tf32=True)
     get_variant("nhwc_preround").launch(x, torch.randn(4, 16, 3, 3), None, 1, 1, 1, Meta(16, 16, 16, 4, 2))
     assert layout._bound == {} and len(nhwc_igemm._binaries) == 0
+
+
+def test_a_launch_hook_sends_a_bound_launch_through_tritons_runner_and_only_a_known_launcher_is_taken_apart():
+    """kernels.runner: a bound launch calls the binary's C launch (checked on the GPU: tests/gpu_scripts/bound_launch.py)
+    unless Triton would call a launch hook: a function, or its HookChain (the default) holding one. `_c_launch` takes
+    apart Triton 3.6's launcher only: the C function itself, or its descriptor wrapper's closure (the C launch, the
+    descriptors' indices and metadata); anything else raises, and the launch goes through Triton's runner."""
+    from types import SimpleNamespace
+
+    from triton.knobs import HookChain
+
+    from convtune.kernels.runner import _c_launch, _hooked
+
+    runtime = SimpleNamespace(launch_enter_hook=HookChain(), launch_exit_hook=HookChain(reversed=True))
+    assert not _hooked(runtime)
+    runtime.launch_exit_hook.add(print)
+    assert _hooked(runtime)
+    runtime.launch_exit_hook.remove(print)
+    runtime.launch_enter_hook = print
+    assert _hooked(runtime)
+    runtime.launch_enter_hook = runtime.launch_exit_hook = None
+    assert not _hooked(runtime)
+
+    assert _c_launch(len) == (len, {})  # a C function has no code object: it is the launch
+
+    def wrapped(launcher, tensordesc_indices, tensordesc_meta):  # the shape of Triton 3.6's wrap_handle_tensordesc
+        def inner(*args):
+            return launcher(*args), tensordesc_indices, tensordesc_meta
+        return inner
+
+    assert _c_launch(wrapped(len, {4, 1}, ["meta1", "meta4"])) == (len, {1: "meta1", 4: "meta4"})
+    with pytest.raises(ValueError, match="without their metadata"):
+        _c_launch(wrapped(len, {1}, [None]))
+    with pytest.raises(ValueError, match="unknown launcher wrapper"):
+        _c_launch(lambda *args: len(args))
+
+
+def test_a_packed_weights_tma_descriptor_is_made_once_per_block_and_goes_when_the_packed_weight_does():
+    """nhwc_tiles.weight_arg: the descriptor describes the packed weight's memory, is the same object on every call
+    for one block shape, and does not keep the packed weight alive (an optimiser step replaces it)."""
+    from convtune.kernels import nhwc_tiles
+
+    cx = {"W_TMA": True, "BLOCK_N": 16, "BLOCK_K": 32}
+    wp = nhwc_tiles.pack_weight(torch.randn(32, 16, 3, 3), round_tf32=False)
+    d = nhwc_tiles.weight_arg(cx, wp)
+    assert nhwc_tiles.weight_arg(cx, wp) is d
+    assert d.base.data_ptr() == wp.data_ptr() and list(d.shape) == [32, 144] and list(d.block_shape) == [16, 32]
+    other = nhwc_tiles.weight_arg({**cx, "BLOCK_K": 64}, wp)
+    assert other is not d and list(other.block_shape) == [16, 64]
+    assert nhwc_tiles.weight_arg({**cx, "W_TMA": False}, wp) is wp
+    gone, key = weakref.ref(wp), id(wp)
+    del wp
+    assert gone() is None and not any(k[0] == key for k in nhwc_tiles._descriptors)
 
 
 def test_every_registered_variant_has_its_conf_and_every_conf_a_variant():
