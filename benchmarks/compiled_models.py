@@ -4,7 +4,7 @@ the median per-turn ratio and its 95 % bootstrap interval).
 
     python benchmarks/compiled_models.py [--models resnet50:32,resnet18:128,vgg16:32,alexnet:256] [--turns 40]
         [--layout nchw|channels_last] [--autocast bfloat16|float16] [--first-use] [--eager-pins-in-graph] [--fold-bn]
-        [--append]
+        [--graphs] [--append]
 
 Rows per model: eager torch, eager convert(model), torch.compile(model), torch.compile(convert(model)) as the library
 decides compiled calls (a "+compiled" pin, else aten's convolution in the graph). The pins are what the library reads
@@ -15,7 +15,10 @@ convolution as convtune's operator, cuDNN inside it where the pin says torch), w
 the library before its calls were decided in context. --autocast runs every forward (convert's example one too) under
 torch.autocast in that dtype: the float32 models as users run them in half precision. --append writes the rows to
 benchmarks/results/compiled_models.csv (with --autocast, to a file of its own beside it, named for autocast).
---fold-bn converts with the batch norms folded (convert's fold_bn_layers).
+--fold-bn converts with the batch norms folded (convert's fold_bn_layers). --graphs adds two rows replayed from CUDA
+graphs (convtune.nn.graphed): "graphed torch" (torch's model, against eager torch) and "graphed convert" (the converted
+model, against graphed torch), and "compiled torch, reduce-overhead" (torch.compile's CUDA graphs, against compiled
+torch); graphed convert's ratios to eager torch and to both compiled torches are printed too.
 """
 
 from __future__ import annotations
@@ -55,9 +58,9 @@ def step_of(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Callable[[], 
     return step
 
 
-def compiled(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], float], float]:
+def compiled(model: torch.nn.Module, x: torch.Tensor, mode: Any = None) -> tuple[Callable[[], float], float]:
     """A compiled copy's step, compiled here (first call), and the seconds that took."""
-    fn = torch.compile(copy.deepcopy(model))
+    fn = torch.compile(copy.deepcopy(model), mode=mode)
     t0 = time.perf_counter()
     step = step_of(fn, x)
     step()
@@ -100,7 +103,13 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
     torch._dynamo.reset()
     configs: dict[str, Callable[[], float]] = {"eager torch": step_of(base, x), "eager convert": step_of(ours, x)}
     compile_s = {}
+    if args.graphs:
+        configs["graphed torch"] = step_of(convtune.nn.graphed(base), x)
+        configs["graphed convert"] = step_of(convtune.nn.graphed(ours), x)
     configs["compiled torch"], compile_s["compiled torch"] = compiled(base, x)
+    if args.graphs:  # torch.compile's own CUDA graphs: the peer of a graphed converted model for a user who compiles
+        configs["compiled torch, reduce-overhead"], compile_s["compiled torch, reduce-overhead"] = \
+            compiled(base, x, "reduce-overhead")
     configs["compiled convert"], compile_s["compiled convert"] = compiled(ours, x)
     # the operators decide as they run, so the turns too run within eager_pins_in_compile (graphs traced before it
     # hold no operator whose decision it changes: their calls have no "+compiled" pin, or their own)
@@ -113,19 +122,25 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
         times = ab.take_turns(configs, args.turns, args.warmup)
     rows = []
     for config in configs:
-        peer = "compiled torch" if config.startswith("compiled") else "eager torch"
+        peer = "compiled torch" if config.startswith("compiled") else \
+            "graphed torch" if config == "graphed convert" else "eager torch"
         r = ab.ratio(times, config, peer) if config != peer else None
         row = {"model": name, "batch": batch, "layout": args.layout,
                **({"autocast": args.autocast} if args.autocast else {}),
                "config": config + (" (fold bn)" if args.fold_bn and "convert" in config else ""),
                "pins": "first use" if args.first_use else "CONVTUNE_PINS" if os.environ.get("CONVTUNE_PINS") else
-               "packaged", "layers_on_kernel": len(
-                   in_graph if config == "compiled convert" else on_kernel if config != peer else []),
+               "overlay" if os.environ.get("CONVTUNE_OVERLAY_DIR") else "packaged", "layers_on_kernel": len(in_graph) if config == "compiled convert" else
+               len(on_kernel) if "convert" in config or config.startswith("compiled, ") else 0,
                "median_ms": round(1e3 * statistics.median(times[config]), 4),
                "speedup_vs_peer": round(1 / r.median, 4) if r else 1.0,
                "interval": f"{1 / r.high:.4f}-{1 / r.low:.4f}" if r else "",
                "compile_s": round(compile_s.get(config, 0.0), 1)}
         rows.append(row)
+        if config == "graphed convert":
+            for other in ("eager torch", "compiled torch", "compiled torch, reduce-overhead"):
+                e = ab.ratio(times, config, other)
+                print(f"graphed convert against {other}: {1 / e.median:.3f}x ({1 / e.high:.3f}-{1 / e.low:.3f})",
+                      flush=True)
         print(f"| {name} b{batch} | {row['config']} | {row['median_ms']:.3f} ms | {row['speedup_vs_peer']:.3f}x {peer} "
               f"({row['interval'] or 'peer'}) | {row['layers_on_kernel']} layers | compile {row['compile_s']} s |",
               flush=True)
@@ -142,6 +157,7 @@ def main() -> int:
                     help="every forward under torch.autocast in this dtype")
     ap.add_argument("--first-use", action="store_true", help="a fresh overlay, with tuning on first use")
     ap.add_argument("--fold-bn", action="store_true", help="convert folds batch norms (fold_bn_layers=True)")
+    ap.add_argument("--graphs", action="store_true", help="also both models replayed from CUDA graphs")
     ap.add_argument("--eager-pins-in-graph", action="store_true", help="also the eager pins' kernels in the graph")
     ap.add_argument("--append", action="store_true", help="append the rows to results/compiled_models.csv")
     args = ap.parse_args()

@@ -308,3 +308,11 @@ def test_nchw_igemm_on_random_same_width_stride_1_problems_vgg16_and_resnet50_la
     configurations, the bound launches giving the dispatched call's bits, vgg16_conv3_2 and resnet50_layer2_3x3 passing
     the judge's allclose (tests/gpu_scripts/nchw_igemm.py)."""
     _script_says_ok("tests/gpu_scripts/nchw_igemm.py")
+
+
+def test_graphed_replays_a_converted_model_and_captures_again_after_each_change_on_the_gpu():
+    """tests/gpu_scripts/graphed.py: convtune.nn.graphed on a converted model with folded batch norms, fused ReLUs and a
+    residual add gives the eager forward's bits, and again after an in-place weight change, new statistics,
+    load_state_dict, a replaced parameter, param.data and new pins; under bfloat16 autocast and inference mode; eagerly
+    with gradients, in train mode, past max_graphs and where a forward cannot be captured (one warning)."""
+    _script_says_ok("tests/gpu_scripts/graphed.py")

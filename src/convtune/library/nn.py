@@ -2,7 +2,8 @@
 what the pins say on the CUDA tensors the kernel supports (convtune's Triton kernel with the pinned
 configuration, or torch's convolution where a pin says torch won) and torch's own convolution elsewhere;
 `convtune.nn.convert(model)` swaps a model's convolutions in place, folds the batch norms that follow them where
-asked to (library/fold_bn.py) and reports what each will run."""
+asked to (library/fold_bn.py) and reports what each will run; `convtune.nn.graphed(model)` replays its forwards without
+gradients from CUDA graphs (library/graphed.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from convtune.library import call_key, fold_bn, functional, fused, residual
 from convtune.library.report import Report, Swap, fused_runs_of, has_bias, runs_of
 from convtune.library import dispatch
 from convtune.library.functional import conv2d
+from convtune.library import graphed as _graphed
 from convtune.pins import TORCH
 from convtune.kernels.conv_args import dtype_name
 from convtune.kernels.torch_conv import cudnn_allows_tf32
 from convtune.problem import ConvProblem
+
+Graphed, graphed = _graphed.Graphed, _graphed.graphed  # convtune.nn.graphed(model)
 
 
 class Conv2d(torch.nn.Conv2d):
