@@ -136,7 +136,14 @@ assert all(torch.equal(o, x * float(x.abs().max())) for o in outs) and s.graphs 
 with torch.no_grad():  # the CUDA context still works after the failed capture
     assert torch.equal(replayed(x), eager(x))
 
-# 9. A tuple output and a second argument.
+# 9. An argument with gaps between its elements (a slice) is captured with its own strides: the forward sees what it
+# sees eagerly.
+wide = torch.randn(4, 3, 20, 40, device="cuda")[..., ::2]
+assert not wide.is_contiguous()
+assert torch.equal(replayed(wide), eager(wide)) and torch.equal(replayed(wide), eager(wide))
+assert next(r for k, r in g._graphs.items() if k[0][0][1] == wide.stride()).inputs[0].stride() == wide.stride()
+
+# 10. A tuple output and a second argument.
 
 
 class Two(torch.nn.Module):

@@ -162,7 +162,8 @@ class Graphed(torch.nn.Module):
 
     def _capture(self, sig: tuple, args: tuple) -> Optional[_Replay]:
         device = args[0].device
-        inputs = [a.clone() for a in args]  # same strides (clone keeps a dense tensor's layout)
+        inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=device).copy_(a)
+                  for a in args]  # the arguments' own strides, dense or not: the forward sees what it would eagerly
         try:
             with torch.cuda.device(device), _autocast_uncached():
                 side = torch.cuda.Stream()
