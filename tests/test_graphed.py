@@ -3,13 +3,15 @@ signature holds, the state checked before each replay, the list of parameters an
 registration, and the copies of the outputs. Capture and replay are CUDA's: tests/gpu_scripts/graphed.py."""
 
 import collections
+import copy
+import pickle
 
 import pytest
 import torch
 
 import convtune
 from convtune.library import dispatch, graphed
-from tests.tiny_models import tiny_resnet
+from tests.tiny_models import tiny_resnet, two_shapes
 
 
 def model():
@@ -110,5 +112,23 @@ def test_the_outputs_are_copies_in_the_models_structure():
     t = torch.rand(3)
     out = graphed._copied([Pair(t, {"k": (t, None)}), 7])
     assert isinstance(out, list) and isinstance(out[0], Pair) and out[1] == 7 and out[0].b["k"][1] is None
-    for copy in (out[0].a, out[0].b["k"][0]):
-        assert torch.equal(copy, t) and copy.data_ptr() != t.data_ptr()
+    for copied in (out[0].a, out[0].b["k"][0]):
+        assert torch.equal(copied, t) and copied.data_ptr() != t.data_ptr()
+
+
+def test_a_copy_keeps_the_model_and_the_settings_and_captures_its_own_graphs():
+    class Uncopyable:  # as a CUDA graph: copy.deepcopy and pickle refuse it
+        def __reduce_ex__(self, protocol):
+            raise TypeError("cannot pickle a CUDA graph")
+
+    m = two_shapes().eval()  # classes pickle can name
+    g = convtune.nn.graphed(m, warmup=3, max_graphs=2)
+    g._graphs[("signature",)] = Uncopyable()
+    g._failed[("other",)] = "why"
+    x = torch.rand(2, 3, 8, 8)
+    for other in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert (other.warmup, other.max_graphs, other.graphs, other._failed) == (3, 2, 0, {})
+        assert other.module is not m and g.graphs == 1
+        with torch.no_grad():
+            assert torch.equal(other(x), m(x))
+        assert other.state_dict().keys() == g.state_dict().keys()

@@ -94,6 +94,13 @@ class Graphed(torch.nn.Module):
         self._failed: dict[tuple, str] = {}  # signature → why its capture failed: such calls run eagerly
         self._listed: Optional[tuple[int, list[torch.nn.Module], list[torch.Tensor]]] = None
 
+    def __getstate__(self) -> dict:
+        """What copy.deepcopy and pickle keep: everything but the graphs (a CUDA graph cannot be copied; a copy
+        captures its own on its calls)."""
+        state = super().__getstate__()
+        state.update(_graphs={}, _failed={}, _listed=None)
+        return state
+
     def extra_repr(self) -> str:
         return f"warmup={self.warmup}, max_graphs={self.max_graphs}, graphs={len(self._graphs)}"
 
