@@ -136,6 +136,24 @@ assert all(torch.equal(o, x * float(x.abs().max())) for o in outs) and s.graphs 
 with torch.no_grad():  # the CUDA context still works after the failed capture
     assert torch.equal(replayed(x), eager(x))
 
+# A forward that raises as it runs raises from the graphed call too (in the warmup: nothing is marked failed).
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the model's own error")
+
+
+r = convtune.nn.graphed(Raises().cuda().eval())
+for _ in range(2):
+    try:
+        with torch.no_grad():
+            r(x)
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "the model's own error" in str(e)
+assert r._failed == {} and r.graphs == 0
+
 # 9. An argument with gaps between its elements (a slice) is captured with its own strides: the forward sees what it
 # sees eagerly.
 wide = torch.randn(4, 3, 20, 40, device="cuda")[..., ::2]

@@ -171,23 +171,23 @@ class Graphed(torch.nn.Module):
         device = args[0].device
         inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=device).copy_(a)
                   for a in args]  # the arguments' own strides, dense or not: the forward sees what it would eagerly
-        try:
-            with torch.cuda.device(device), _autocast_uncached():
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(self.warmup):
-                        self.module(*inputs)
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(device), _autocast_uncached():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # what the forward raises here it raises eagerly too: it goes to the caller
+                for _ in range(self.warmup):
+                    self.module(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            try:
                 with torch.cuda.graph(graph):
                     output = self.module(*inputs)
-        except Exception as e:  # what the model's forward raises under capture: a sync, a CPU tensor, ...
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            self._failed[sig] = why
-            warnings.warn(f"convtune.nn.graphed: this call's forward could not be captured as a CUDA graph ({why}); "
-                          "its calls run eagerly", RuntimeWarning, stacklevel=3)
-            return None
+            except Exception as e:  # what only a capture refuses: a host synchronisation, a CPU tensor, ...
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                self._failed[sig] = why
+                warnings.warn(f"convtune.nn.graphed: this call's forward could not be captured as a CUDA graph "
+                              f"({why}); its calls run eagerly", RuntimeWarning, stacklevel=3)
+                return None
         log.debug("convtune.nn.graphed: captured a graph for %s", sig[:2])
         return _Replay(graph, inputs, output, _state(self._lists()[1]))
 
