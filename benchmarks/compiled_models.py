@@ -129,7 +129,8 @@ def one_model(name: str, batch: int, args: argparse.Namespace) -> list[dict]:
                **({"autocast": args.autocast} if args.autocast else {}),
                "config": config + (" (fold bn)" if args.fold_bn and "convert" in config else ""),
                "pins": "first use" if args.first_use else "CONVTUNE_PINS" if os.environ.get("CONVTUNE_PINS") else
-               "overlay" if os.environ.get("CONVTUNE_OVERLAY_DIR") else "packaged", "layers_on_kernel": len(in_graph) if config == "compiled convert" else
+               "overlay" if os.environ.get("CONVTUNE_OVERLAY_DIR") else "packaged",
+               "layers_on_kernel": len(in_graph) if config == "compiled convert" else
                len(on_kernel) if "convert" in config or config.startswith("compiled, ") else 0,
                "median_ms": round(1e3 * statistics.median(times[config]), 4),
                "speedup_vs_peer": round(1 / r.median, 4) if r else 1.0,

@@ -2,11 +2,10 @@
 
 A converted model waits on the host at small batches: ResNet-50 b32's converted forward took 4.23 ms of host time on
 the H200 for 2.53 ms on the GPU. A graph launches a whole forward with one call, so the layers' Python runs at capture
-only. ResNet-50 b32 on the H200 (float32, NCHW,
-eval, batch norms folded; `benchmarks/compiled_models.py --models resnet50:32 --fold-bn --graphs`, medians of 40 turns
-in one process): torch's eager forward 5.400 ms, the converted model's eager forward 4.865 ms, replayed through this
-wrapper 2.845 ms (1.92x eager torch); torch's own model replayed 5.358 ms, torch.compile(model) 3.402 ms, with
-mode="reduce-overhead" 3.172 ms.
+only. ResNet-50 b32 on the H200 (float32, NCHW, eval, batch norms folded; `benchmarks/compiled_models.py --models
+resnet50:32 --fold-bn --graphs`, medians of 40 turns in one process): torch's eager forward 5.400 ms, the converted
+model's eager forward 4.865 ms, replayed through this wrapper 2.845 ms (1.92x eager torch); torch's own model replayed
+5.358 ms, torch.compile(model) 3.402 ms, with mode="reduce-overhead" 3.172 ms.
 
 What replays: a call of a model whose modules are all in eval mode, with positional arguments that are all CUDA
 tensors on one device and no keyword arguments, that records no gradients (grad mode off, or no argument and no
@@ -20,12 +19,12 @@ graph's inputs, replays, and returns a copy of the graph's outputs (the next rep
 A graph reads the parameters and buffers, and what convtune derives from them (folded batch norms, packed and cast
 weights), where they were when it was captured. So each call checks every parameter's and buffer's data pointer and
 version counter, and the pins' generation, and captures again where one moved: an optimiser step, load_state_dict,
-Module.to, new pins. Registering a parameter, buffer or module anywhere (torch's global module registration hooks)
-makes the next call list them again. What no check sees: a layer's other attributes set after capture (stride,
-padding, ...), a tensor written into a module's _parameters or _buffers dict directly, Python side effects of the
-forward (hooks, prints), which run at capture only; call `reset()` after such changes. A model that cannot be captured
-(a host synchronisation, a CPU tensor made in its forward) runs eagerly for that signature, with one warning that says
-why.
+Module.to, new pins. Registering a parameter, buffer or module anywhere (torch's global module registration hooks) makes
+the next call list them again. What no check sees: a layer's other attributes set after capture (stride, padding, ...),
+a tensor written into a module's _parameters or _buffers dict directly, Python side effects of the forward (hooks,
+prints), which run in the warmups and the capture only; call `reset()` after such changes. A model that cannot be
+captured (a host synchronisation, a CPU tensor made in its forward) runs eagerly for that signature, with one warning
+that says why.
 """
 
 from __future__ import annotations
@@ -171,7 +170,10 @@ class Graphed(torch.nn.Module):
         device = args[0].device
         inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=device).copy_(a)
                   for a in args]  # the arguments' own strides, dense or not: the forward sees what it would eagerly
-        with torch.cuda.device(device), _autocast_uncached():
+        # autocast's cast cache off (torch's CUDA graph notes): a cast a warmup forward kept would be read by the graph
+        # after the autocast region that made it has freed it
+        with torch.cuda.device(device), torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"),
+                                                       enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # what the forward raises here it raises eagerly too: it goes to the caller
@@ -216,21 +218,6 @@ _training, _requires_grad = operator.attrgetter("training"), operator.attrgetter
 _nothing = contextlib.nullcontext()
 
 
-class _autocast_uncached:
-    """Within an autocast region, autocast's cast cache off: a cast made in a warmup forward would be read by the
-    graph after the region frees it (torch's CUDA graph notes: autocast needs cache_enabled=False for capture)."""
-
-    def __enter__(self) -> None:
-        self._ctx = None
-        if torch.is_autocast_enabled("cuda"):
-            self._ctx = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
-            self._ctx.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)
-
-
 def _copied(output: Any) -> Any:
     """A copy of the graph's output, in the structure the model returned."""
     if isinstance(output, torch.Tensor):
@@ -248,5 +235,6 @@ def graphed(model: torch.nn.Module, warmup: int = 2, max_graphs: int = 4) -> Gra
     """`model` with its forwards that record no gradients replayed from CUDA graphs (library/graphed.py): a call
     copies its arguments in, replays one graph of the whole forward and returns a copy of the outputs, checking first
     that no parameter, buffer or pin moved since capture. For a converted model, whose eager forward waits on the
-    host at small batches. Other calls (gradients, CPU tensors, keyword arguments, torch.compile) run `model` as it is."""
+    host at small batches. Other calls (gradients, CPU tensors, keyword arguments, torch.compile) run `model` as it
+    is."""
     return Graphed(model, warmup, max_graphs)
