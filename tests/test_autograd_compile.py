@@ -1,5 +1,7 @@
 """convtune.conv2d as a PyTorch operator: gradients like torch.nn.Conv2d's, and traced whole by torch.compile."""
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,3 +127,28 @@ def test_aot_autograd_compiles_a_channels_last_call_through_nhwc_igemm_with_torc
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
     for a, r in ((x, xr), (w, wr)):
         torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_values_read_once_at_trace_time_carry_torchs_own_mark_and_importing_dynamo_is_left_to_compile():
+    """call_key.constant_when_traced marks a function as torch.compiler.assume_constant_result does, without the
+    import of torch._dynamo that the decorator makes (most of the library's import time): the marks are equal, each
+    function read at trace time has it, and importing the library leaves torch._dynamo unimported."""
+    import sys
+
+    from convtune.library import call_key, functional
+    from tests import preloaded
+
+    def torchs():
+        return ""
+
+    def ours():
+        return ""
+
+    torch.compiler.assume_constant_result(torchs)
+    call_key.constant_when_traced(ours)
+    assert vars(ours) == vars(torchs) and vars(torchs)
+    for fn in (call_key._traced_default_precision, call_key._traced_autocast, functional._traced_runs_kernel):
+        assert vars(torchs).items() <= vars(fn).items(), fn
+    code = "import sys, convtune.library.nn, convtune.app; print('torch._dynamo' in sys.modules)"
+    r = preloaded.run([sys.executable, "-c", code], env=dict(os.environ), timeout=120)  # a process with torch imported
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr

@@ -33,12 +33,21 @@ def default_precision() -> str:
     return precision_for(torch_conv.cudnn_allows_tf32())
 
 
+def constant_when_traced(fn: Any) -> Any:
+    """torch.compiler.assume_constant_result: torch.compile calls `fn` once as it traces and keeps the answer as a
+    constant. Marked here as torch's decorator marks it, without the import of torch._dynamo that the decorator makes:
+    2.7 of the 3.5 CPU-s that importing convtune.library.nn cost a process that had imported torch (the mark is
+    checked against torch's by tests/test_autograd_compile.py)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 def precision_for(tf32_allowed: bool) -> str:
     """default_precision for a known state of cuDNN's TF32 flag (a caller that already read it)."""
     return "tf32" if tf32_allowed else "ieee"
 
 
-@torch.compiler.assume_constant_result
+@constant_when_traced
 def _traced_default_precision() -> str:
     """default_precision for torch.compile, which cannot trace the C getter: read once at trace time."""
     return default_precision()
@@ -67,7 +76,7 @@ def autocast_dtype(input: torch.Tensor, traced: bool = False) -> Optional[torch.
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) and input.is_floating_point() else None
 
 
-@torch.compiler.assume_constant_result
+@constant_when_traced
 def _traced_autocast(device_type: str) -> str:
     """The autocast dtype's name for torch.compile ('' outside a region), read at trace time as a constant: dynamo
     guards the graph on the autocast state, and a call of get_autocast_dtype inside the graph is a call it may not

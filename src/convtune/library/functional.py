@@ -25,7 +25,7 @@ from convtune.kernels.conv_args import DTYPE_NAMES, ConvGeometry, check_conv_inp
 from convtune.kernels.precision import PRECISIONS
 from convtune.library import dispatch
 from convtune.library.call_key import (_traced_default_precision, autocast_args, autocast_dtype, call_layout,
-                                       default_precision, device_key, output_format, why_torch)
+                                       constant_when_traced, default_precision, device_key, output_format, why_torch)
 from convtune.problem import ConvProblem, for_dtype
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def _decide(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, 
     return d
 
 
-@torch.compiler.assume_constant_result
+@constant_when_traced
 def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_bias: bool, stride: tuple[int, ...],
                         padding: tuple[int, ...], dilation: tuple[int, ...], precision: str, layout: str,
                         device: str, training: bool, dtype: str = "float32") -> bool:
