@@ -1,7 +1,13 @@
 """Tests run on the CPU through Triton's interpreter; GPU tests are marked `gpu` and skipped without one."""
 
 import os
+import sys
 
+# Bytecode written and read as Python does by default, also where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE): each test process collects ~200 modules, and the suite starts ~250 processes that import
+# the project, each ~0.3 CPU-s to compile it from source.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton's jit: kernels then run on the CPU
 # The per-user overlay (promote's and first-use tuning's default target) in a folder of the test run's own, never the
 # user's cache; the commands the tests start inherit it.
@@ -10,7 +16,6 @@ import tempfile  # noqa: E402
 os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-test-overlay-")
 
 import shutil  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -39,13 +44,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def empty_store_file(tmp_path_factory):
-    """One MLflow SQLite database, created (its schema migrated) once per test session: creating one takes
-    ~2 s, and most tests only need an empty store, not its creation."""
+def empty_store_file(tmp_path_factory, worker_id):
+    """One MLflow SQLite database, created (its schema migrated) once per test run and shared by its test processes
+    (xdist's workers, through a folder they share and a lock): creating one takes ~7 CPU-s, and most tests only need
+    an empty store, not its creation. Tests copy it (`store`) and never write it."""
+    from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the run's folder, above each worker's own
+    path = shared / "empty-store" / "mlflow.db"
+    with FileLock(str(shared / "empty-store.lock")):
+        if not path.exists():
+            made = shared / "empty-store-making" / "mlflow.db"
+            shutil.rmtree(made.parent, ignore_errors=True)
+            made.parent.mkdir()
+            MlflowClient(f"sqlite:///{made}").search_experiments()
+            made.parent.rename(path.parent)  # whole or absent: a worker that failed here leaves no half-made store
     return path
 
 
