@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def empty_store_file(tmp_path_factory, worker_id):
+def empty_store_file(tmp_path_factory):
     """One MLflow SQLite database, created (its schema migrated) once per test run and shared by its test processes
     (xdist's workers, through a folder they share and a lock): creating one takes ~7 CPU-s, and most tests only need
     an empty store, not its creation. Tests copy it (`store`) and never write it."""
@@ -52,7 +52,7 @@ def empty_store_file(tmp_path_factory, worker_id):
     from mlflow.tracking import MlflowClient
 
     shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # set in xdist's workers (the plugin may also be off: -p no:xdist)
         shared = shared.parent  # the run's folder, above each worker's own
     path = shared / "empty-store" / "mlflow.db"
     with FileLock(str(shared / "empty-store.lock")):
