@@ -4,8 +4,8 @@ import os
 import sys
 
 # Bytecode written and read as Python does by default, also where the environment turns it off
-# (PYTHONDONTWRITEBYTECODE): each test process collects ~200 modules, and the suite starts ~250 processes that import
-# the project, each ~0.3 CPU-s to compile it from source.
+# (PYTHONDONTWRITEBYTECODE): collecting took a test process 25 CPU-s without it and 13.5 with it, and each command the
+# tests start compiles the project from source in ~0.3 CPU-s without it.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton's jit: kernels then run on the CPU

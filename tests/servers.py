@@ -70,8 +70,8 @@ def mlflow_server(backend_uri: str, artifacts: Path):
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                                "--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri(),
                                "--workers", "1"],
-                              # no job runner (MLflow's huey consumers serve its GenAI jobs, not tracking): ~38 CPU-s a
-                              # start on two cores, a third of the shared-store test's work
+                              # no job runner (MLflow's huey consumers, which tracking does not use): ~38 CPU-s a
+                              # start on two cores, about half of the shared-store test's CPU time
                               env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -36,8 +36,8 @@ def default_precision() -> str:
 def constant_when_traced(fn: Any) -> Any:
     """torch.compiler.assume_constant_result: torch.compile calls `fn` once as it traces and keeps the answer as a
     constant. Marked here as torch's decorator marks it, without the import of torch._dynamo that the decorator makes:
-    2.7 of the 3.5 CPU-s that importing convtune.library.nn cost a process that had imported torch (the mark is
-    checked against torch's by tests/test_autograd_compile.py)."""
+    importing convtune.library.nn after torch takes 0.7 CPU-s so, 2.9 with that import (the mark is checked against
+    torch's by tests/test_autograd_compile.py)."""
     fn._dynamo_marked_constant = True
     return fn
 
