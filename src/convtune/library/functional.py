@@ -23,7 +23,7 @@ from convtune import pins
 from convtune.kernels.base import DTYPES
 from convtune.kernels.conv_args import DTYPE_NAMES, ConvGeometry, check_conv_inputs, dtype_name, geometry
 from convtune.kernels.precision import PRECISIONS
-from convtune.library import dispatch
+from convtune.library import dispatch, traced_op
 from convtune.library.call_key import (_traced_default_precision, autocast_args, autocast_dtype, call_layout,
                                        constant_when_traced, default_precision, device_key, output_format, why_torch)
 from convtune.problem import ConvProblem, for_dtype
@@ -262,7 +262,7 @@ class _EagerConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        return _backward(ctx, grad)  # one gradient per argument: the operator's last is `training`, this one's `bound`
+        return traced_op.backward(ctx, grad)  # a gradient per argument: the operator's last is `training`, this `bound`
 
 
 def _cached_plan(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
@@ -281,46 +281,13 @@ def _pair(v: Any) -> list[int]:
     return [v, v] if isinstance(v, int) else [int(i) for i in v]
 
 
-# The operator torch.compile sees and traces for a call whose "+compiled" pin names a kernel (the fake implementation
-# gives compile the output's shape and layout without running the kernel), with its autograd for compiled backward
-# graphs. Eager calls skip the dispatcher: those that need no gradient run the kernel directly, the others go through
-# _EagerConv (same backward).
-# `training`: the call records gradients (decided as compiled training calls are: torch).
-@torch.library.custom_op("convtune::conv2d", mutates_args=())
-def _conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-               padding: list[int], dilation: list[int], precision: str, training: bool = False) -> torch.Tensor:
+# The kernel of the operator torch.compile traces (library/traced_op.py): a call decided by its "+compiled" pin.
+def _conv2d_kernel(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+                   padding: list[int], dilation: list[int], precision: str, training: bool = False) -> torch.Tensor:
     return _run(input, weight, bias, stride, padding, dilation, 1, precision, training, compiled=True)
 
 
-@_conv2d_op.register_fake
-def _conv2d_fake(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-                 padding: list[int], dilation: list[int], precision: str, training: bool = False) -> torch.Tensor:
-    n, _, h, w = input.shape
-    c_out, _, kh, kw = weight.shape
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    fmt = torch.contiguous_format if input.is_contiguous() else torch.channels_last  # as _run lays it out
-    return torch.empty((n, c_out, oh, ow), dtype=input.dtype, device=input.device, memory_format=fmt)
-
-
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    input, weight, bias, stride, padding, dilation, _, _ = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.has_bias, ctx.geometry = bias is not None, (stride, padding, dilation)
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """PyTorch's own convolution backward (cuDNN on a GPU) for input, weight and bias."""
-    input, weight = ctx.saved_tensors
-    stride, padding, dilation = ctx.geometry
-    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
-    gi, gw, gb = torch.ops.aten.convolution_backward(
-        grad, input, weight, [weight.shape[0]] if ctx.has_bias else None, stride, padding, dilation, False, [0, 0],
-        1, mask)
-    return gi, gw, gb if ctx.has_bias else None, None, None, None, None, None
-
-
-_conv2d_op.register_autograd(_backward, setup_context=_setup_context)
+traced_op.implement(_conv2d_kernel)
 
 
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
@@ -386,7 +353,7 @@ def kernel_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
         if groups != 1 or isinstance(padding, str):
             _plan(input, weight, bias, stride, padding, dilation, groups, precision)  # raises the precise error
         geometry = (_pair(stride), _pair(padding), _pair(dilation))
-        out = _conv2d_op(input, weight, bias, *geometry, precision, records_gradients(input, weight, bias)) \
+        out = traced_op.conv2d(input, weight, bias, *geometry, precision, records_gradients(input, weight, bias)) \
             if compiling else \
             _EagerConv.apply(input, weight, bias, *geometry, precision, None)
     return out if fmt is torch.contiguous_format else out.contiguous(memory_format=fmt)
