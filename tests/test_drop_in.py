@@ -136,7 +136,7 @@ def test_what_no_kernel_takes_runs_torch_with_the_reason_at_debug_and_what_torch
 
 def test_the_kernel_path_refuses_what_torch_refuses_in_torchs_words_after_the_first_call_too(monkeypatch):
     from convtune.errors import ConfigError, InvalidConvolution
-    from convtune.library import dispatch, functional
+    from convtune.library import dispatch
 
     monkeypatch.setenv("CONVTUNE_UNPINNED", "kernel")  # the kernel runs: its checks are the subject
     dispatch.forget()
@@ -226,7 +226,6 @@ def test_convert_can_leave_the_layers_that_run_torch_as_torch_nn_conv2d(monkeypa
 def test_under_autocast_the_module_gives_torchs_dtype_and_values(monkeypatch):
     """Under torch.autocast(bfloat16) convtune.nn.Conv2d returned float32 where torch returns bfloat16;
     its kernels are fp32, so autocast's calls take torch's own path."""
-    from convtune import kernels
 
     monkeypatch.setenv(dispatch.UNPINNED_ENV, "kernel")  # so that without autocast our kernel would run here
     torch.manual_seed(0)

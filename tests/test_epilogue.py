@@ -13,7 +13,7 @@ from convtune.kernels import VARIANTS, Meta
 from convtune.kernels.epilogue import NO_EPILOGUE, Epilogue, code, pack_vectors, torch_chain
 from convtune.kernels.selfcheck import agrees
 from convtune.measure.correctness import judge
-from convtune.measure.one_config import make_epilogue, make_inputs, poisoned_output
+from convtune.measure.one_config import make_epilogue, make_inputs
 from convtune.problem import ACTIVATIONS, EPILOGUE_OPS, ConvProblem, parse_epilogue
 from tests.conftest import compose
 
@@ -203,7 +203,6 @@ def test_the_one_image_check_of_a_fresh_binary_applies_the_chain():
 @pytest.mark.slow
 def test_a_fused_problem_is_swept_checked_against_torchs_chain_and_promoted_under_its_own_key(run_cli, store, tmp_path,
                                                                                               capsys):
-    from convtune import pins
     from convtune.tune.promote import run_promote
     from tests.test_cli import runs_of
 

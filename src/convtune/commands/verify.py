@@ -217,7 +217,7 @@ def first_use(n: int, seed: int, budget_s: float) -> tuple[str, int]:
 
     from convtune.config import tolerance
     from convtune.library import dispatch, functional
-    from convtune.measure.correctness import HALF_ERROR_MARGIN, judge
+    from convtune.measure.correctness import judge
 
     os.environ["CONVTUNE_OVERLAY_DIR"] = tempfile.mkdtemp(prefix="convtune-verify-overlay-")
     os.environ[dispatch.BUDGET_ENV] = f"{budget_s:g}"
