@@ -1,6 +1,5 @@
 """convtune.conv2d as a PyTorch operator: gradients like torch.nn.Conv2d's, and traced whole by torch.compile."""
 
-import importlib
 import os
 
 import pytest
@@ -80,17 +79,6 @@ def test_aot_autograd_compiles_forward_and_backward_through_the_operator():
     F.conv2d(xr, wr, br, **GEOMETRY).square().sum().backward()
     for a, r in ((x, xr), (w, wr), (b, br)):
         torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
-def test_the_operator_passes_torchs_own_checks_of_a_registered_operator(grad):
-    """torch.library.opcheck: the schema, the fake implementation's output against the kernel's, the registered
-    autograd and AOT dispatch (a compiled forward and backward through the operator) agree."""
-    importlib.import_module("convtune.library.functional")  # the operator's kernel
-    x, w, b = (t.clone().requires_grad_(grad) for t in leaves(True))
-    torch.library.opcheck(torch.ops.convtune.conv2d.default, (x, w, b, [2, 1], [1, 2], [1, 2], "ieee", grad))
-    x = x.detach().to(memory_format=torch.channels_last).requires_grad_(grad)
-    torch.library.opcheck(torch.ops.convtune.conv2d.default, (x, w, None, [2, 1], [1, 2], [1, 2], "ieee", grad))
 
 
 @pytest.mark.gpu

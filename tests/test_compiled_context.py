@@ -2,6 +2,8 @@
 convtune's operator into the graph; a plain pin, measured in eager calls, leaves aten's convolution there for Inductor
 to plan. Through the interpreter, with a backend that records the graph dynamo traced."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -81,6 +83,25 @@ def test_a_compiled_pin_puts_convtunes_operator_in_the_graph(pins_file):
     assert "convtune.conv2d.default" in seen, seen
     assert len(functional.cached_plans()) == 1, "the operator should have run the kernel"
     torch.testing.assert_close(out, torch.relu(F.conv2d(x, w, b, padding=1)), rtol=1e-2, atol=1e-2)
+
+
+def test_the_operator_passes_torchs_own_checks_of_a_registered_operator(pins_file):
+    """torch.library.opcheck on convtune::conv2d where "+compiled" pins name the kernel in both layouts: the schema,
+    the fake implementation's output against the kernel's, the registered autograd and AOT dispatch (a compiled
+    forward and backward through the operator) agree. A call that records gradients runs torch inside the operator
+    (compiled training calls run torch), so that case checks the autograd registration around torch's convolution."""
+    for layout in ("nchw", "channels_last"):
+        key = pins.pin_key(dataclasses.replace(P, layout=layout).key(), "tf32", compiled=True)
+        pins.write_pin(pins_file, "interpreter", "implicit_gemm", key, KERNEL, {"rule": "test"})
+    dispatch.forget()
+    x, w, b = tensors()
+    for grad in (False, True):
+        args = [t.clone().requires_grad_(grad) for t in (x, w, b)]
+        torch.library.opcheck(torch.ops.convtune.conv2d.default, (*args, [1, 1], [1, 1], [1, 1], "tf32", grad))
+        xc = args[0].detach().to(memory_format=torch.channels_last).requires_grad_(grad)
+        torch.library.opcheck(torch.ops.convtune.conv2d.default, (xc, *args[1:], [1, 1], [1, 1], [1, 1], "tf32", grad))
+        if not grad:
+            assert len(functional.cached_plans()) == 2, "the operator should have run the kernel in both layouts"
 
 
 @SIZES_TELL
