@@ -20,8 +20,8 @@ fold_igemm's: the output is fold_igemm's bit for bit. L1 #50 runs in 0.232 ms on
 
 In bfloat16 and float16 the same kernel runs the 16-bit wgmma (K 16 a K step, float32 sums) on the operands as they
 are, the weight resident in 81 KB; a lane's K pair loads as one 32-bit word where padding and width are even (6 % of
-the time on L1 #50). L1 #50: 0.163 ms on the H200 in either dtype, 12.3x and 9.1x cuDNN's faster layout; with neither
-its gathers' loads nor its stores (masked off at run time) 0.139 ms: its MMAs (74.7 GFLOP for 54) keep it above 0.12 ms.
+the time on L1 #50). L1 #50: 0.163 ms on the H200 in either dtype, 12.3x and 9.1x cuDNN's faster layout; its MMAs
+alone take 0.085 ms, the store warps' work 0.036 and the MMA warpgroups' around their MMAs 0.037 (docs/PERFORMANCE.md).
 
 The store warps apply an epilogue chain (bias, bn, scale, the activations, add: kernels/epilogue) before the one store:
 two warps at 24 registers a thread, with a row's MMA time (~4.5 us on L1 #50) for its 12 chunks, so only light ops ride
