@@ -21,9 +21,10 @@ that alike on each call (`folds`, `passes_through`), so a batch norm is applied 
 records gradients and compiled calls run both modules as torch does: Inductor fuses the batch norm into the pointwise
 kernel after the convolution, and folded in the graph, recomputed at each call, ResNet-50 b32 ran 0.905x compiled torch
 (NVIDIA H200, float32; 0.940x under bfloat16 autocast). Measured so (docs/PERFORMANCE.md), ResNet-50 b32 with its 53
-batch norms folded ran 1.29x eager torch under bfloat16 autocast, 1.03x in float32, and 0.991x (95 % 0.986-0.997)
-compiled torch under torch.compile in float32 (docs/LIBRARY.md): the graph is torch's, and the modules that stay
-convtune's add dynamo guards (about 10 us of a compiled call on a 2-core CPU); hence convert folds only when asked.
+batch norms folded ran 1.29x eager torch under bfloat16 autocast, and in float32 with the packaged pins 1.03x eager
+torch and 0.991x (95 % 0.986-0.997) compiled torch under torch.compile (docs/LIBRARY.md): the graph is torch's, and the
+modules that stay convtune's add dynamo guards (about 10 us of a compiled call on a 2-core CPU); hence convert folds
+only when asked.
 """
 
 from __future__ import annotations

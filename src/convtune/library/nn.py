@@ -209,9 +209,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     Bottleneck and BasicBlock), the module that does so runs, in eval, its traced graph with the residual computed first
     and the kernel adding it and applying the ReLU where the pins say a kernel wins that fused problem
     (library/residual.py; the pattern `conv+bn+add+relu`). Off by default because it does not win everywhere:
-    ResNet-50 b32 on the H200 ran 1.29x eager torch under bfloat16 autocast with it, 1.03x in float32, and 0.991x
-    torch.compile(model) compiled in float32: the graph is torch's, but its modules stay convtune's (convert otherwise
-    hands such layers back to torch's), and dynamo guards them on each compiled call.
+    ResNet-50 b32 on the H200 ran 1.29x eager torch under bfloat16 autocast with it, and in float32 with the packaged
+    pins 1.03x eager torch and 0.991x torch.compile(model) compiled: the graph is torch's, but its modules stay
+    convtune's (convert otherwise hands such layers back to torch's), and dynamo guards them on each compiled call.
 
     At small batches a converted model's eager forward waits on the host; `graphed(model)` replays it from a CUDA graph
     (library/graphed.py: ResNet-50 b32 with its batch norms folded, 1.92x eager torch on the H200)."""
