@@ -2,6 +2,7 @@
 convtune's operator into the graph; a plain pin, measured in eager calls, leaves aten's convolution there for Inductor
 to plan. Through the interpreter, with a backend that records the graph dynamo traced."""
 
+import copy
 import dataclasses
 
 import pytest
@@ -196,7 +197,8 @@ def test_a_converted_module_traced_by_compile_follows_the_same_rule(pins_file):
         model[0].weight.copy_(w)
         model[0].bias.copy_(b)
     convtune.nn.convert(model, example_input=x)
-    assert type(model[0]) is convtune.nn.Conv2d  # its eager calls run the kernel: it stays convtune's
+    # its eager calls run the kernel: it stays convtune's, of the class whose compiled calls convert decided torch
+    assert type(model[0]) is convtune.nn.TracedAsTorch and isinstance(model[0], convtune.nn.Conv2d)
     # convert decided its compiled calls (torch): traced, the layer is torch.nn.Conv2d's forward, no library call
     from convtune.library import nn as library_nn
 
@@ -207,8 +209,11 @@ def test_a_converted_module_traced_by_compile_follows_the_same_rule(pins_file):
         torch._dynamo.reset()
         with torch.no_grad():
             torch.compile(model, fullgraph=True, backend="eager")(x)
+    twin = copy.deepcopy(model)
+    assert type(twin[0]) is convtune.nn.TracedAsTorch
     for compiled, expect_op in ((False, False), (True, True)):  # the pins change: decided as traced
         pin(pins_file, compiled=compiled)
+        assert type(model[0]) is type(twin[0]) is convtune.nn.Conv2d  # no longer convert's decision, copies alike
         seen = []
 
         def recording_backend(gm, example_inputs):
@@ -312,7 +317,7 @@ def test_where_traced_sizes_do_not_tell_a_direct_call_keeps_the_operator_and_a_c
     pin(pins_file, compiled=False)  # its eager calls run the kernel: convert keeps it convtune's
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU())
     convtune.nn.convert(model, example_input=x)
-    assert type(model[0]) is convtune.nn.Conv2d
+    assert type(model[0]) is convtune.nn.TracedAsTorch
     graph = []
 
     def recording_backend(gm, example_inputs):

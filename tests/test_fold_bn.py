@@ -171,11 +171,14 @@ def test_compiled_calls_fold_nothing_and_trace_as_torchs_modules():
         assert torch.equal(out, ref(x))
 
 
-def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
-    """A compiled call evaluates every guard of its graph on the host. A converted layer's traced forward reached
-    torch's through zero-argument super(), whose __class__ cell dynamo guards for each layer (CLOSURE_MATCH): 49 more
-    guards for 48 layers, and a CPU model of 48 convolutions took 339.7 us a compiled call (Inductor) against torch's
-    332.0. Calling the base class's forward by name leaves a constant number, whatever the layers."""
+def test_under_torch_compile_a_converted_model_adds_no_guard_a_layer():
+    """A compiled call evaluates every guard of its graph on the host, and compiled ResNet-50 b32 on the H200 waits on
+    its host (2.50 ms of host time a forward for 3.05). A converted layer's traced forward reached torch's through
+    zero-argument super(), whose __class__ cell dynamo guards for each layer (CLOSURE_MATCH): 49 more guards for 48
+    layers, and a CPU model of 48 convolutions took 339.7 us a compiled call (Inductor) against torch's 332.0. Convert's
+    compiled decision is the layer's class (nn.TracedAsTorch), not an attribute (two guards a layer), and a block with
+    a fused residual tail holds its base forward in a closure, not read through its class (a guard a block). So the
+    guards a converted model adds to torch's are as many whatever the layers."""
     from collections import Counter
 
     from tests.tiny_models import Bottleneck
@@ -183,11 +186,11 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
     torch.manual_seed(0)
     x = torch.rand(1, 16, 2, 2)
 
-    def closure_guards(model):
+    def guards(model):
         with torch.no_grad():
-            guards = torch._dynamo.explain(model)(x).out_guards
+            found = torch._dynamo.explain(model)(x).out_guards
         torch._dynamo.reset()
-        return Counter(g.create_fn_name() for g in guards)["CLOSURE_MATCH"]
+        return Counter(g.create_fn_name() for g in found)
 
     counts = {}
     for n in (2, 4):  # 6 and 12 convolutions, batch norms; 2 and 4 shared ReLU modules
@@ -195,14 +198,16 @@ def test_under_torch_compile_a_converted_layer_adds_no_guard_of_its_own_class():
         kept, folded = (torch.nn.Sequential(*copy.deepcopy(blocks)).eval() for _ in range(2))
         convtune.nn.convert(kept, x, leave_torch_layers=False)
         convtune.nn.convert(folded, x, leave_torch_layers=False, fold_bn_layers=True)
-        counts[n] = (closure_guards(torch.nn.Sequential(*blocks).eval()), closure_guards(kept), closure_guards(folded))
-    # the same number whatever the layers: the functions the modules name (torch's forwards, passes_through, ...),
-    # guarded once each; before torch 2.13 (2.11 on the H200) dynamo guards each block's base forward, which a block
-    # with a fused residual tail calls by its class (residual._eval_forward): one more a block
+        assert {type(m) for m in kept.modules() if isinstance(m, torch.nn.Conv2d)} == {convtune.nn.TracedAsTorch}
+        counts[n] = (guards(torch.nn.Sequential(*blocks).eval()), guards(kept), guards(folded))
+    # before torch 2.13 (2.11 on the H200) dynamo guards each block's base forward: one more a block
     per_block = 0 if TORCH_2_13 else 1
-    assert counts[2][:2] == counts[4][:2] and counts[4][2] - counts[2][2] == 2 * per_block, counts
-    ref, kept_guards, folded_guards = counts[4]
-    assert kept_guards - ref <= 2 and folded_guards - ref - 4 * per_block <= 6, counts[4]
+    ref2, kept2, folded2 = (sum(c.values()) for c in counts[2])
+    ref4, kept4, folded4 = (sum(c.values()) for c in counts[4])
+    assert kept4 - ref4 == kept2 - ref2 and folded4 - ref4 - (folded2 - ref2) == 2 * per_block, counts
+    # and few: the functions the modules name (torch's forwards, passes_through, ...), guarded once each
+    assert kept4 - ref4 <= 10 and folded4 - ref4 - 4 * per_block <= 25, (kept4 - ref4, folded4 - ref4)
+    assert counts[4][1]["CLOSURE_MATCH"] - counts[4][0]["CLOSURE_MATCH"] <= 2, counts[4]
 
 
 @pytest.mark.parametrize("pinned_key_has_bias", [True, False])

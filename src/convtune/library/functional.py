@@ -82,7 +82,7 @@ def _traced_runs_kernel(x_shape: tuple[int, ...], w_shape: tuple[int, ...], has_
 # Whether a traced size tells static from symbolic (from torch 2.13, `size.__class__ is int` for a static one only).
 # Under torch 2.11 and 2.12 no test did so the same way twice (checked on the CPU), and a symbolic size passed to
 # _traced_runs_kernel stops 2.11's compile: a direct call keeps the operator, which decides as it runs (a converted layer
-# that convert decided torch for still traces as torch's: nn.Conv2d._compiled_torch)
+# that convert decided torch for still traces as torch's: nn.TracedAsTorch)
 _SIZES_TELL = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
 
 Plan = Any  # a kernel's LaunchPlan (its Host made it), or pins.TORCH

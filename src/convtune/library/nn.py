@@ -8,6 +8,7 @@ gradients from CUDA graphs (library/graphed.py)."""
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -42,12 +43,6 @@ class Conv2d(torch.nn.Conv2d):
     # dtype, kept so that a layer's calls reuse one cast (as autocast's own cast cache does for leaf parameters), and
     # with it the bound launch and the kernels' packed weights; the tensors are told apart by identity
     _cast: Any = None
-    # Set by convert from its example forward, to the dispatch generation it decided in: the layer's calls inside
-    # torch.compile run torch (no "+compiled" pin names a kernel for that input), so until the pins change its compiled
-    # forward is torch.nn.Conv2d's own and the graph is torch's, whether or not the traced call could be decided
-    # (functional._SIZES_TELL: before torch 2.13 it keeps the operator; a bfloat16 autocast AlexNet on the H200, torch
-    # 2.11, ran 0.73x compiled torch with its three eagerly pinned layers so).
-    _compiled_torch: Optional[int] = None
     # Set by convert (in the instance's __dict__, so that it is no submodule: the state_dict keeps its keys): the batch
     # norm this layer's calls that record no gradients fold in (library/fold_bn.py)
     _bn: Optional[torch.nn.BatchNorm2d] = None
@@ -89,19 +84,18 @@ class Conv2d(torch.nn.Conv2d):
         return why
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():  # traced: conv2d decides as it is traced, unless convert decided torch
+        if torch.compiler.is_compiling():  # traced: conv2d decides as it is traced (TracedAsTorch: convert decided)
             # torch's forward named, not super(): dynamo guards super()'s __class__ cell for every layer, on every call
             # (48 layers of a CPU model: 339.7 us a compiled call against torch's 332.0; named, 332.2 against 332.9)
             return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation) \
-                if self._compiled_torch != dispatch.generation and self.why_torch(x) is None else \
-                torch.nn.Conv2d.forward(self, x)
+                if self.why_torch(x) is None else torch.nn.Conv2d.forward(self, x)
         # torch.nn.Conv2d's forward reads self.weight and self.bias through Module.__getattr__ (0.45 us each on
         # a dev CPU against 0.03 us for a dict read); reading them from _parameters pays for part of the checks
         # below. On the H200's host the checks still cost ~3 us a call over torch's, 1 % of a batch-32 ResNet-50
         # train step (benchmarks/train_step_ab.py; a cProfile of the module's forward): convert(model, example_input) leaves
         # such layers as torch.nn.Conv2d.
         params = self._parameters
-        if type(self) is Conv2d and "weight" in params and "bias" in params:
+        if type(self) in _OWN_CLASSES and "weight" in params and "bias" in params:
             weight, bias = params["weight"], params["bias"]
         else:  # a subclass, or weight_norm and the like moved a parameter: ordinary attribute lookup
             weight, bias = self.weight, self.bias
@@ -156,6 +150,44 @@ class Conv2d(torch.nn.Conv2d):
         if cast is None or cast[0] is not weight or cast[1] is not bias or cast[2] != versions:
             cast = self._cast = (weight, bias, versions) + call_key.autocast_args(x[:0], weight, bias)[1:]
         return x.to(dt) if x.is_floating_point() and x.dtype is not dt else x, cast[3], cast[4]
+
+
+class TracedAsTorch(Conv2d):
+    """A convtune.nn.Conv2d whose calls inside torch.compile run torch, as convert decided from its example forward (no
+    "+compiled" pin names a kernel for that input): traced, its forward is torch.nn.Conv2d's and the graph is torch's,
+    whether or not the traced call could be decided (functional._SIZES_TELL: before torch 2.13 it keeps the operator; a
+    bfloat16 autocast AlexNet on the H200, torch 2.11, ran 0.73x compiled torch with its three eagerly pinned layers
+    so). The decision is the layer's class, which dynamo guards for every module anyway; an attribute that held it
+    cost two guards a layer on each compiled call. When the pins change (dispatch.forget) every such layer, copies and
+    loaded ones too, becomes a Conv2d again, and its compiled calls are decided as they are traced. Eager calls are
+    Conv2d's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return torch.nn.Conv2d.forward(self, x)
+        return Conv2d.forward(self, x)
+
+    def __setstate__(self, state: dict) -> None:  # copy.deepcopy and pickle: the copy is such a layer too
+        super().__setstate__(state)
+        _traced_as_torch.add(self)
+
+    def _get_name(self) -> str:  # the module's repr: a Conv2d
+        return "Conv2d"
+
+
+_OWN_CLASSES = (Conv2d, TracedAsTorch)  # the classes whose weight and bias are the layer's own parameters
+_traced_as_torch: "weakref.WeakSet[TracedAsTorch]" = weakref.WeakSet()
+
+
+def _decided_again() -> None:
+    """dispatch.forget: the pins changed, so no layer keeps convert's compiled decision."""
+    for m in list(_traced_as_torch):
+        if type(m) is TracedAsTorch:
+            object.__setattr__(m, "__class__", Conv2d)  # not through __setattr__: the eager shortcuts check generation
+    _traced_as_torch.clear()
+
+
+dispatch.on_forget.append(_decided_again)
 
 
 def _why_layer(m: torch.nn.Conv2d) -> Optional[str]:
@@ -252,11 +284,14 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     report.unfolded = unfolded
     for name, m in swapped:
         runs, torch_in_every_mode, decided = runs_of(m, seen.get(name), example_input is not None)
-        m._compiled_torch = dispatch.generation if decided.get("compiled") == TORCH else None
-        left = leave_torch_layers and torch_in_every_mode and type(m) is Conv2d and m._bn is None
+        left = leave_torch_layers and torch_in_every_mode and type(m) in _OWN_CLASSES and m._bn is None
         if left:
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
+        elif type(m) in _OWN_CLASSES:
+            m.__class__ = TracedAsTorch if decided.get("compiled") == TORCH else Conv2d
+            if type(m) is TracedAsTorch:
+                _traced_as_torch.add(m)
         pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
         chain = fused.RELU.chain if name in relus else residual.CHAIN if name in folding and m._fuses_residual else ()
         if chain == residual.CHAIN:

@@ -13,7 +13,7 @@ with `r` computed first and those four calls replaced by one, `conv_bn_add_relu`
   epilogue `add,relu`: a key ending `-then-add.relu`), the kernel adds `r` and applies the ReLU before its one store;
 - anywhere else it calls the modules as the block did: the convolution, the batch norm (passing its input on where it
   folded), the add and the ReLU.
-The module's class becomes a subclass of its own (one per class, named as it; `_eval_forward` its forward), and the
+The module's class becomes a subclass of its own (one per class, named as it; `_eval_forward` makes its forward), and the
 graph is kept in the instance's `__dict__` (not a submodule: the module tree and the state_dict stay as they were;
 copy.deepcopy copies it with the module; pickling, as torch.save does, writes the module as its own class without it).
 A forward hook on the convolution, its batch norm or the ReLU (or a global one) keeps the calls on the modules.
@@ -115,13 +115,19 @@ def _ancestors(node: torch.fx.Node) -> set:
     return seen
 
 
-def _eval_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """The forward of a module with fused residual tails: in eval mode its traced graph, in training, inside
-    torch.compile and under torch.fx tracing its class's own forward (its base class's: no closure or super() cell for
-    dynamo to guard on each module)."""
-    if self.training or _as_written or torch.compiler.is_compiling() or _fx_tracing():
-        return type(self).__mro__[1].forward(self, *args, **kwargs)
-    return self.__dict__[TRACED](*args, **kwargs)
+def _eval_forward(base: Any) -> Any:
+    """The forward of a module with fused residual tails whose class's own forward is `base`: in eval mode its traced
+    graph; in training, inside torch.compile and under torch.fx tracing `base`, held in the closure of the subclass's
+    forward. Read from the module instead (its class's base through type(self), or a class attribute), it cost
+    dynamo a guard a block on each compiled call (one relating each block's class to the first's, or one that the
+    instance's __dict__ does not shadow the attribute); compiling is asked first, so that a traced call reads no
+    flag of the module either."""
+
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or self.training or _as_written or _fx_tracing():
+            return base(self, *args, **kwargs)
+        return self.__dict__[TRACED](*args, **kwargs)
+    return forward
 
 
 _classes: dict[type, type] = {}
@@ -140,13 +146,14 @@ def as_written() -> Iterator[None]:
 
 
 def _fusing_class(cls: type) -> type:
-    """A subclass of `cls`, one per class, whose forward is _eval_forward (a module's class; the traced graph is the
+    """A subclass of `cls`, one per class, whose forward is _eval_forward's (a module's class; the traced graph is the
     instance's own, kept outside its submodules, so that its state_dict and module tree stay as they were)."""
-    if cls.forward is _eval_forward:
+    if cls in _classes.values():
         return cls
     sub = _classes.get(cls)
     if sub is None:
-        sub = _classes[cls] = type(cls.__name__, (cls,), {"forward": _eval_forward, "__module__": cls.__module__,
+        sub = _classes[cls] = type(cls.__name__, (cls,), {"forward": _eval_forward(cls.forward),
+                                                          "__module__": cls.__module__,
                                                           "__doc__": cls.__doc__, "__reduce_ex__": _reduce_as_base,
                                                           "__deepcopy__": _deepcopy})
     return sub
