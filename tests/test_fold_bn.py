@@ -207,7 +207,12 @@ def test_under_torch_compile_a_converted_model_adds_no_guard_a_layer():
     assert kept4 - ref4 == kept2 - ref2 and folded4 - ref4 - (folded2 - ref2) == 2 * per_block, counts
     # and few: the functions the modules name (torch's forwards, passes_through, ...), guarded once each
     assert kept4 - ref4 <= 10 and folded4 - ref4 - 4 * per_block <= 25, (kept4 - ref4, folded4 - ref4)
-    assert counts[4][1]["CLOSURE_MATCH"] - counts[4][0]["CLOSURE_MATCH"] <= 2, counts[4]
+    # the functions the modules name are guarded once each, whatever the layers; before torch 2.13 a block with a fused
+    # residual tail adds one for its base forward
+    closures = {n: tuple(c["CLOSURE_MATCH"] for c in counts[n]) for n in counts}
+    assert closures[2][:2] == closures[4][:2] and closures[4][2] - closures[2][2] == 2 * per_block, closures
+    ref, kept_closures, folded_closures = closures[4]
+    assert kept_closures - ref <= 2 and folded_closures - ref - 4 * per_block <= 6, closures[4]
 
 
 @pytest.mark.parametrize("pinned_key_has_bias", [True, False])

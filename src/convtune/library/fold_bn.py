@@ -22,10 +22,9 @@ records gradients and compiled calls run both modules as torch does: Inductor fu
 kernel after the convolution, and folded in the graph, recomputed at each call, ResNet-50 b32 ran 0.905x compiled torch
 (NVIDIA H200, float32; 0.940x under bfloat16 autocast). Measured so (docs/PERFORMANCE.md), ResNet-50 b32 with its 53
 batch norms folded ran 1.29x eager torch under bfloat16 autocast, and in float32 with the packaged pins 1.03x eager
-torch and 0.991x (95 % 0.986-0.997) compiled torch under torch.compile (docs/LIBRARY.md): the graph is torch's, and the
-modules that stay convtune's added dynamo guards then (about 10 us of a compiled call on a 2-core CPU); they add 20 to
-torch's 2887 on 16 Bottlenecks now, as many whatever the depth, a change not yet timed on a GPU. Hence convert folds
-only when asked.
+torch and 0.991x (95 % 0.986-0.997) compiled torch under torch.compile (docs/LIBRARY.md, with two more dynamo guards a
+layer than the modules add: docs/PERFORMANCE.md): the graph is torch's, and the modules that stay convtune's add 20
+guards to torch's 2887 on 16 Bottlenecks, whatever the depth. Hence convert folds only when asked.
 """
 
 from __future__ import annotations

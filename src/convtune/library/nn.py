@@ -157,7 +157,7 @@ class TracedAsTorch(Conv2d):
     "+compiled" pin names a kernel for that input): traced, its forward is torch.nn.Conv2d's and the graph is torch's,
     whether or not the traced call could be decided (functional._SIZES_TELL: before torch 2.13 it keeps the operator; a
     bfloat16 autocast AlexNet on the H200, torch 2.11, ran 0.73x compiled torch with its three eagerly pinned layers
-    so). The decision is the layer's class, which dynamo guards for every module anyway; an attribute that held it
+    so). The decision is the layer's class, which dynamo guards for every module anyway; an attribute holding it would
     cost two guards a layer on each compiled call. When the pins change (dispatch.forget) every such layer, copies and
     loaded ones too, becomes a Conv2d again, and its compiled calls are decided as they are traced. Eager calls are
     Conv2d's, one Python call deeper: about 150 ns a call on a 2-core CPU (timeit), 8 us of a converted ResNet-50's
@@ -245,7 +245,7 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
     ResNet-50 b32 on the H200 ran 1.29x eager torch under bfloat16 autocast with it, and in float32 with the packaged
     pins 1.03x eager torch and 0.991x torch.compile(model) compiled: the graph is torch's, but its modules stay
     convtune's (convert otherwise hands such layers back to torch's), and dynamo guards them on each compiled call
-    (20 guards more than torch's on 16 Bottlenecks, whatever the depth; the 0.991x was measured when they grew with it).
+    (20 more than torch's on 16 Bottlenecks, whatever the depth; the 0.991x was measured with two more a layer).
 
     At small batches a converted model's eager forward waits on the host; `graphed(model)` replays it from a CUDA graph
     (library/graphed.py: ResNet-50 b32 with its batch norms folded, 1.92x eager torch on the H200)."""
@@ -291,8 +291,9 @@ def convert(model: torch.nn.Module, example_input: Any = None, *,
             m.__class__ = torch.nn.Conv2d
             runs += "; left as torch.nn.Conv2d"
         elif type(m) in _OWN_CLASSES:
-            m.__class__ = TracedAsTorch if decided.get("compiled") == TORCH else Conv2d
-            if type(m) is TracedAsTorch:
+            traced_as_torch = decided.get("compiled") == TORCH
+            m.__class__ = TracedAsTorch if traced_as_torch else Conv2d
+            if traced_as_torch:
                 _traced_as_torch.add(m)
         pattern = f"conv+bn ({folding[name]})" if name in folding else "conv"
         chain = fused.RELU.chain if name in relus else residual.CHAIN if name in folding and m._fuses_residual else ()

@@ -118,7 +118,7 @@ def _ancestors(node: torch.fx.Node) -> set:
 def _eval_forward(base: Any) -> Any:
     """The forward of a module with fused residual tails whose class's own forward is `base`: in eval mode its traced
     graph; in training, inside torch.compile and under torch.fx tracing `base`, held in the closure of the subclass's
-    forward. Read from the module instead (its class's base through type(self), or a class attribute), it cost
+    forward. Read from the module instead (its class's base through type(self), or a class attribute), it would cost
     dynamo a guard a block on each compiled call (one relating each block's class to the first's, or one that the
     instance's __dict__ does not shadow the attribute); compiling is asked first, so that a traced call reads no
     flag of the module either."""
